@@ -1,0 +1,42 @@
+"""``python -m shoal.agent``: run a node agent (used by the local default and `shoal agent`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+
+from shoal.agent.agent import Agent
+from shoal.transport.connfile import Connection
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m shoal.agent")
+    ap.add_argument("--connection", required=True, help="connection file of the head")
+    ap.add_argument("--slots", type=int, help="cores this agent offers (default: all)")
+    ap.add_argument("--workers", type=int, help="warm Python workers (default: slots)")
+    ap.add_argument("--name", help="agent name (default: agent-HOST-PID-XXXX)")
+    ap.add_argument("--owner-pid", type=int, help="stop when this process dies")
+    ap.add_argument("--sys-path", help="JSON list of import paths for workers")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
+                        format="shoal agent: %(message)s")
+    conn = Connection.read(args.connection)
+    agent = Agent(conn.address, conn.key, slots=args.slots, workers=args.workers, name=args.name,
+                  owner_pid=args.owner_pid,
+                  sys_path=json.loads(args.sys_path) if args.sys_path else None)
+
+    def stop(*_: object) -> None:
+        agent.running = False
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    agent.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,529 @@
+"""The node agent: one per node. Slots, warm Python workers, command launcher.
+
+One thread, one poll loop over: the DEALER to the head, the ROUTER to its workers,
+each worker's pidfd (death), each command's pidfd and output pipes. Everything that goes
+out is batched per turn of the loop.
+
+Credit: the agent tells the head how many cores' worth of tasks it can take (its slots x
+(1 + prefetch) at first; then what finishes, and what blocks waiting on sub-tasks). Workers
+pull from the agent the same way, so prefetched tasks sit next to the core that runs them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections import OrderedDict, deque
+from typing import Any
+
+import zmq
+
+from shoal._sys import alive, set_parent_death_signal
+from shoal.agent import launcher
+from shoal.transport import protocol as P
+
+log = logging.getLogger("shoal.agent")
+
+HEARTBEAT_S = 1.0
+HEAD_TIMEOUT_S = 60.0
+
+
+class WorkerHandle:
+    __slots__ = ("index", "ident", "pid", "pidfd", "origin", "credit", "tasks", "blocked",
+                 "sent_fids", "ready", "said_hello")
+
+    def __init__(self, index: int, ident: bytes, pid: int, origin: int) -> None:
+        self.index = index
+        self.ident = ident
+        self.pid = pid
+        self.pidfd = os.pidfd_open(pid)
+        self.origin = origin
+        self.credit = 0
+        self.tasks: OrderedDict[int, list[Any]] = OrderedDict()  # in the order sent
+        self.blocked: set[int] = set()
+        self.sent_fids: set[int] = set()
+        self.ready = False
+        self.said_hello = False
+
+    @property
+    def busy(self) -> bool:
+        return len(self.tasks) > len(self.blocked)
+
+
+class Agent:
+    def __init__(
+        self,
+        address: str,
+        key: bytes,
+        slots: int | None = None,
+        workers: int | None = None,
+        name: str | None = None,
+        owner_pid: int | None = None,
+        sys_path: list[str] | None = None,
+    ) -> None:
+        self.address = address
+        self.key = key
+        self.codec = P.Codec(key)
+        self.slots = slots or os.cpu_count() or 1
+        self.nworkers = self.slots if workers is None else min(workers, self.slots)
+        host = socket.gethostname()
+        self.name = name or f"agent-{host}-{os.getpid()}-{secrets.token_hex(2)}"
+        self.owner_pid = owner_pid
+        self.sys_path = sys_path
+        self.prefetch = 1
+        self.origin_base = 0
+        self.incarnations = 0
+        self.workers: dict[bytes, WorkerHandle] = {}
+        self.by_pidfd: dict[int, WorkerHandle] = {}
+        self.by_origin: dict[int, WorkerHandle] = {}
+        self.py_queue: deque[list[Any]] = deque()
+        self.pinned: dict[int, deque[list[Any]]] = {}
+        self.cmd_queue: deque[list[Any]] = deque()
+        self.commands: dict[int, launcher.Running] = {}      # pidfd -> running
+        self.cmd_pipes: dict[int, launcher.Running] = {}     # pipe fd -> running
+        self.cmd_cores = 0
+        self.func_blobs: dict[int, bytes] = {}
+        self.head_credit = 0
+        self.debt = 0
+        self.out_results: list[list[Any]] = []
+        self.out_submit: list[list[Any]] = []
+        self.out_funcs: dict[int, bytes] = {}
+        self.out_workers: dict[bytes, list[list[Any]]] = {}
+        self.running = True
+        self.welcomed = False
+        self.base_env = dict(os.environ)
+        self.tmpdir = tempfile.mkdtemp(prefix="shoal-agent-")
+        self.worker_endpoint = f"ipc://{self.tmpdir}/workers"
+        self.ctx: zmq.Context | None = None
+        self.poller = zmq.Poller()
+
+    # ---- workers --------------------------------------------------------------------
+    def _spawn_worker(self, index: int) -> WorkerHandle:
+        self.incarnations += 1
+        origin = self.incarnations  # offset from the head-given base, fixed at WELCOME
+        ident = f"w{index}.{self.incarnations}".encode()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # child: becomes a warm worker, never returns
+            try:
+                from shoal.agent.worker import worker_main
+
+                worker_main(self.worker_endpoint, self.key, ident, self.sys_path)
+            finally:
+                os._exit(1)
+        w = WorkerHandle(index, ident, pid, origin)
+        self.workers[ident] = w
+        self.by_pidfd[w.pidfd] = w
+        self.poller.register(w.pidfd, zmq.POLLIN)
+        return w
+
+    def _welcome_worker(self, w: WorkerHandle) -> None:
+        # Called once both the head (origin base) and the worker (HELLO) are there.
+        if w.ready or not self.welcomed or not getattr(w, "said_hello", False):
+            return
+        w.ready = True
+        w.origin = self.origin_base + w.origin
+        self.by_origin[w.origin] = w
+        self._send_worker(w, [P.WELCOME, {"origin": w.origin, "prefetch": self.prefetch}])
+
+    def _start_workers(self, n: int) -> None:
+        have = {w.index for w in self.workers.values()}
+        for index in range(self.slots):
+            if n <= 0:
+                break
+            if index not in have:
+                self._spawn_worker(index)
+                n -= 1
+
+    def _worker_died(self, w: WorkerHandle) -> None:
+        try:
+            _, status = os.waitpid(w.pid, 0)
+            code = os.waitstatus_to_exitcode(status)
+        except ChildProcessError:
+            code = None
+        self.poller.unregister(w.pidfd)
+        os.close(w.pidfd)
+        del self.by_pidfd[w.pidfd]
+        self.workers.pop(w.ident, None)
+        self.by_origin.pop(w.origin, None)
+        if not self.running:
+            return
+        if code is None:
+            how = "died"
+        elif code < 0:
+            try:
+                signame = signal.Signals(-code).name
+            except ValueError:
+                signame = str(-code)
+            how = f"was killed by signal {-code} ({signame})"
+        else:
+            how = f"exited with status {code}"
+        why = f"worker {w.index} (pid {w.pid}) on {self.name} {how} while running this task"
+        # Started tasks are lost: the blocked ones and the one it was running (the oldest
+        # not blocked). Tasks it had not started yet go back to the queue.
+        lost: list[int] = list(w.blocked)
+        requeue: list[list[Any]] = []
+        current_found = False
+        for tid, spec in w.tasks.items():
+            if tid in w.blocked:
+                continue
+            if not current_found:
+                lost.append(tid)
+                current_found = True
+            else:
+                requeue.append(spec)
+        for tid in lost:
+            self._result_to_head([tid, P.LOST, why.encode(), None], 1)
+        for spec in reversed(requeue):
+            (self.pinned.setdefault(spec[6], deque()) if spec[6] >= 0 else self.py_queue
+             ).appendleft(spec)
+        log.warning("%s", why)
+        self._spawn_worker(w.index)
+
+    # ---- messages from the head -------------------------------------------------------
+    def _from_head(self, msg: list[Any]) -> None:
+        kind = msg[0]
+        if kind == P.TASKS:
+            if msg[2]:
+                self.func_blobs.update(msg[2])
+            need_workers = False
+            for spec in msg[1]:
+                if spec[1] == P.CMD:
+                    self.cmd_queue.append(spec)
+                else:
+                    need_workers = True
+                    hint = spec[6]
+                    if hint >= 0:
+                        self.pinned.setdefault(hint % self.slots, deque()).append(spec)
+                    else:
+                        self.py_queue.append(spec)
+            if need_workers and not self.workers:
+                self._start_workers(min(self.slots, os.cpu_count() or 1))
+        elif kind == P.RESULTS:
+            for item in msg[1]:
+                w = self.by_origin.get(item[0] >> 32)
+                if w is not None:
+                    self.out_workers.setdefault(w.ident, [])
+                    self._queue_child_result(w, item)
+        elif kind == P.WELCOME:
+            info = msg[1]
+            self.welcomed = True
+            self.prefetch = int(info.get("prefetch", 1))
+            self.origin_base = int(info["origin"])
+            for w in list(self.workers.values()):
+                self._welcome_worker(w)
+        elif kind == P.CANCEL:
+            self._revoke(set(msg[2]))
+        elif kind == P.SHUTDOWN:
+            self.running = False
+        elif kind == P.HEARTBEAT:
+            pass
+
+    def _queue_child_result(self, w: WorkerHandle, item: list[Any]) -> None:
+        self._child_results.setdefault(w.ident, []).append(item)
+
+    def _revoke(self, tids: set[int]) -> None:
+        self.py_queue = deque(s for s in self.py_queue if s[0] not in tids)
+        self.cmd_queue = deque(s for s in self.cmd_queue if s[0] not in tids)
+        for q in self.pinned.values():
+            kept = [s for s in q if s[0] not in tids]
+            q.clear()
+            q.extend(kept)
+        for run in list(self.commands.values()):
+            if run.tid in tids:
+                launcher.kill(run)
+        for w in self.workers.values():
+            hit = [t for t in w.tasks if t in tids]
+            if hit:
+                self._send_worker(w, [P.CANCEL, 0, hit])
+
+    # ---- messages from workers ----------------------------------------------------------
+    def _from_worker(self, ident: bytes, msg: list[Any]) -> None:
+        w = self.workers.get(ident)
+        if w is None:
+            return
+        kind = msg[0]
+        if kind == P.HELLO:
+            w.said_hello = True
+            self._welcome_worker(w)
+        elif kind == P.RESULTS:
+            tasks = w.tasks
+            for item in msg[1]:
+                spec = tasks.pop(item[0], None)
+                self._result_to_head(item, 1 if spec is None else (spec[5] or 1))
+        elif kind == P.CREDIT:
+            w.credit += msg[1]
+            for tid in msg[2]:
+                if tid in w.tasks:
+                    w.blocked.add(tid)
+                    self.head_credit += 1  # its core is free while it waits
+            for tid in msg[3]:
+                if tid in w.blocked:
+                    w.blocked.discard(tid)
+                    self.debt += 1
+        elif kind == P.SUBMIT:
+            self.out_submit.extend(msg[1])
+            if msg[2]:
+                self.out_funcs.update(msg[2])
+
+    def _result_to_head(self, item: list[Any], cores: int) -> None:
+        self.out_results.append(item)
+        if self.debt:
+            pay = min(self.debt, cores)
+            self.debt -= pay
+            cores -= pay
+        self.head_credit += cores
+
+    # ---- placing work ---------------------------------------------------------------------
+    def _free_cores(self) -> int:
+        busy_workers = sum(1 for w in self.workers.values() if w.busy)
+        return self.slots - self.cmd_cores - busy_workers
+
+    def _dispatch(self) -> None:
+        # Python tasks to workers that asked for them (pinned first).
+        if self.py_queue or self.pinned:
+            free = self._free_cores()
+            for w in self.workers.values():
+                if w.credit <= 0:
+                    continue
+                q = self.pinned.get(w.index)
+                pinned_only = False
+                if q:
+                    pinned_only = True
+                elif not self.py_queue:
+                    continue
+                if not w.busy:
+                    if free <= 0:
+                        continue
+                    free -= 1
+                out = self.out_workers.setdefault(w.ident, [])
+                while w.credit > 0:
+                    if q:
+                        spec = q.popleft()
+                    elif self.py_queue and not pinned_only:
+                        spec = self.py_queue.popleft()
+                    else:
+                        break
+                    w.credit -= 1
+                    w.tasks[spec[0]] = spec
+                    out.append(spec)
+            for k in [k for k, q in self.pinned.items() if not q]:
+                del self.pinned[k]
+        # Commands when cores are free, in order.
+        while self.cmd_queue:
+            spec = self.cmd_queue[0]
+            cores = spec[5] or 1
+            if cores > self._free_cores():
+                break
+            self.cmd_queue.popleft()
+            try:
+                run = launcher.spawn(spec[0], spec[3], cores, self.base_env)
+            except launcher.LaunchError as exc:
+                self._result_to_head([spec[0], P.ERR, str(exc).encode(), None], cores)
+                continue
+            self.cmd_cores += cores
+            self.commands[run.pidfd] = run
+            self.poller.register(run.pidfd, zmq.POLLIN)
+            for fd in run.pipes:
+                self.cmd_pipes[fd] = run
+                self.poller.register(fd, zmq.POLLIN)
+
+    def _command_event(self, fd: int) -> None:
+        run = self.cmd_pipes.get(fd)
+        if run is not None:
+            if launcher.read_pipe(run, fd):
+                self.poller.unregister(fd)
+                del self.cmd_pipes[fd]
+                self._maybe_done(run)
+            return
+        run = self.commands.get(fd)
+        if run is not None and run.status is None and launcher.reap(run):
+            self.poller.unregister(fd)
+            self._maybe_done(run)
+
+    def _maybe_done(self, run: launcher.Running) -> None:
+        if run.status is None or any(fd in self.cmd_pipes for fd in run.pipes):
+            return
+        self.commands.pop(run.pidfd, None)
+        os.close(run.pidfd)
+        self.cmd_cores -= run.cores
+        status, payload = launcher.outcome(run)
+        self._result_to_head([run.tid, status, payload, None], run.cores)
+
+    # ---- sending -------------------------------------------------------------------------
+    def _send_head(self, msg: list[Any]) -> None:
+        self.head.send_multipart(self.codec.encode(msg), copy=False)
+
+    def _send_worker(self, w: WorkerHandle, msg: list[Any]) -> None:
+        self.wsock.send_multipart([w.ident, *self.codec.encode(msg)], copy=False)
+
+    def _flush(self) -> None:
+        for ident, items in self._child_results.items():
+            w = self.workers.get(ident)
+            if w is not None and items:
+                self._send_worker(w, [P.RESULTS, items])
+        self._child_results = {}
+        for ident, specs in self.out_workers.items():
+            w = self.workers.get(ident)
+            if w is None or not specs:
+                continue
+            funcs = {}
+            for spec in specs:
+                fid = spec[2]
+                if fid not in w.sent_fids:
+                    w.sent_fids.add(fid)
+                    blob = self.func_blobs.get(fid)
+                    if blob is not None:
+                        funcs[fid] = blob
+            self._send_worker(w, [P.TASKS, specs, funcs])
+        self.out_workers = {}
+        if not self.welcomed:
+            return
+        if self.out_results:
+            res, self.out_results = self.out_results, []
+            self._send_head([P.RESULTS, res])
+            self.sent_at = time.monotonic()
+        if self.out_submit:
+            subs, self.out_submit = self.out_submit, []
+            funcs, self.out_funcs = self.out_funcs, {}
+            self.func_blobs.update(funcs)
+            self._send_head([P.SUBMIT, subs, funcs, 0])
+            self.sent_at = time.monotonic()
+        if self.head_credit > 0:
+            n, self.head_credit = self.head_credit, 0
+            self._send_head([P.CREDIT, n])
+            self.sent_at = time.monotonic()
+
+    # ---- loop ------------------------------------------------------------------------------
+    def run(self) -> None:
+        set_parent_death_signal()
+        # Fork the warm workers before this process has any ZeroMQ context or thread.
+        self._start_workers(self.nworkers)
+        self.ctx = zmq.Context()
+        self.wsock = self.ctx.socket(zmq.ROUTER)
+        self.wsock.setsockopt(zmq.SNDHWM, 0)
+        self.wsock.setsockopt(zmq.RCVHWM, 0)
+        self.wsock.setsockopt(zmq.LINGER, 0)
+        self.wsock.bind(self.worker_endpoint)
+        self.head = self.ctx.socket(zmq.DEALER)
+        self.head.setsockopt(zmq.IDENTITY, self.name.encode())
+        self.head.setsockopt(zmq.SNDHWM, 0)
+        self.head.setsockopt(zmq.RCVHWM, 0)
+        self.head.setsockopt(zmq.LINGER, 2000)
+        self.head.connect(self.address)
+        self._child_results: dict[bytes, list[list[Any]]] = {}
+        self.sent_at = time.monotonic()
+        self._send_head([P.HELLO, "agent", {"slots": self.slots, "host": socket.gethostname(),
+                                              "pid": os.getpid()}])
+        # the first credit: every slot plus its prefetch (sent once WELCOME tells the prefetch)
+        poller = self.poller
+        poller.register(self.head, zmq.POLLIN)
+        poller.register(self.wsock, zmq.POLLIN)
+        head_seen = time.monotonic()
+        next_beat = time.monotonic() + HEARTBEAT_S
+        granted_initial = False
+        try:
+            while self.running:
+                events = poller.poll(HEARTBEAT_S * 1000)
+                for sock_or_fd, _ in events:
+                    if sock_or_fd is self.head:
+                        head_seen = time.monotonic()
+                        self._drain(self.head, from_head=True)
+                    elif sock_or_fd is self.wsock:
+                        self._drain(self.wsock, from_head=False)
+                    elif sock_or_fd in self.by_pidfd:
+                        self._worker_died(self.by_pidfd[sock_or_fd])
+                    else:
+                        self._command_event(sock_or_fd)
+                if self.welcomed and not granted_initial:
+                    granted_initial = True
+                    self.head_credit += self.slots * (1 + self.prefetch)
+                self._dispatch()
+                self._flush()
+                now = time.monotonic()
+                if now >= next_beat:
+                    next_beat = now + HEARTBEAT_S
+                    if self.owner_pid is not None and not alive(self.owner_pid):
+                        log.info("owner process is gone; stopping")
+                        break
+                    if now - head_seen > HEAD_TIMEOUT_S:
+                        log.warning("no word from the head for %.0f s; stopping", now - head_seen)
+                        break
+                    if now - self.sent_at >= HEARTBEAT_S:
+                        self._send_head([P.HEARTBEAT])
+                        self.sent_at = now
+        finally:
+            self._shutdown()
+
+    def _drain(self, sock: zmq.Socket, from_head: bool) -> None:
+        recv = sock.recv_multipart
+        for _ in range(10000):
+            try:
+                frames = recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if from_head:
+                if len(frames) != 2:
+                    continue
+                ident, (sig, body) = None, frames
+            else:
+                if len(frames) != 3:
+                    continue
+                ident, sig, body = frames
+            try:
+                msg = self.codec.decode(sig, body)
+            except P.AuthError:
+                log.warning("dropped a message that failed authentication")
+                continue
+            if from_head:
+                self._from_head(msg)
+            else:
+                self._from_worker(ident, msg)
+
+    def _shutdown(self) -> None:
+        self.running = False
+        for run in list(self.commands.values()):
+            launcher.kill(run)
+        for w in list(self.workers.values()):
+            try:
+                self._send_worker(w, [P.SHUTDOWN])
+            except Exception:  # noqa: BLE001
+                pass
+        deadline = time.monotonic() + 2.0
+        for w in list(self.workers.values()):
+            while time.monotonic() < deadline:
+                pid, _ = os.waitpid(w.pid, os.WNOHANG)
+                if pid:
+                    break
+                time.sleep(0.005)
+            else:
+                try:
+                    os.kill(w.pid, signal.SIGKILL)
+                    os.waitpid(w.pid, 0)
+                except (ProcessLookupError, ChildProcessError):
+                    pass
+        for run in list(self.commands.values()):
+            try:
+                os.waitpid(run.pid, 0)
+            except ChildProcessError:
+                pass
+        try:
+            self._send_head([P.BYE, "shutdown"])
+        except Exception:  # noqa: BLE001
+            pass
+        if self.ctx is not None:
+            self.head.close(linger=500)
+            self.wsock.close(linger=0)
+            self.ctx.term()
+        try:
+            os.unlink(f"{self.tmpdir}/workers")
+        except FileNotFoundError:
+            pass
+        os.rmdir(self.tmpdir)

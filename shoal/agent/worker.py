@@ -1,0 +1,367 @@
+"""A warm Python worker: runs many tasks in one process, one at a time.
+
+Each task runs in its own greenlet. When a task waits on sub-tasks it submitted
+(``future.result()``, ``shoal.wait``, ``as_completed``), its greenlet parks and the
+worker goes on with other tasks, so a blocked task never holds the worker's core: a
+tree of any depth completes on a single worker, and children often run in the process
+of the parent that waits for them (SCOOP's lesson).
+
+Messages with the agent (all batched):
+  in:  TASKS [specs, funcs], RESULTS [results of sub-tasks], CANCEL, SHUTDOWN
+  out: RESULTS [results], SUBMIT [sub-tasks, funcs], CREDIT [n, blocked tids, resumed tids]
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import heapq
+import os
+import pickle
+import signal
+import sys
+import time
+import traceback
+from collections import deque
+from typing import Any, Callable
+
+import cloudpickle
+import greenlet
+import zmq
+
+from shoal._sys import set_parent_death_signal
+from shoal.client.encode import EncodeError, Encoder
+from shoal.client.future import ShoalFuture, deliver, exception_payload
+from shoal.transport import protocol as P
+
+_dumps = pickle.dumps
+_current: WorkerContext | None = None
+
+FLUSH_AFTER_S = 0.002     # a result waits at most this long for company before it is sent
+FLUSH_COUNT = 256
+
+
+def current() -> WorkerContext | None:
+    """The worker context when called from inside a task, else None."""
+    return _current
+
+
+class WorkerContext:
+    """State of one worker process; also the owner of futures of sub-tasks."""
+
+    def __init__(self, sock: zmq.Socket, codec: P.Codec) -> None:
+        self.sock = sock
+        self.codec = codec
+        self.encoder = Encoder(0)   # origin comes with the agent's WELCOME
+        self.capacity = 0           # no credit before WELCOME
+        self.granted = 0            # credit given to the agent and not used yet
+        self.queue: deque[list[Any]] = deque()
+        self.runnable: deque[greenlet.greenlet] = deque()
+        self.funcs: dict[int, Callable[..., Any]] = {}
+        self.func_blobs: dict[int, bytes] = {}
+        self.children: dict[int, ShoalFuture] = {}
+        self.out_results: list[list[Any]] = []
+        self.out_submit: list[list[Any]] = []
+        self.blocked_new: list[int] = []
+        self.resumed_new: list[int] = []
+        self.first_unsent = 0.0
+        self.running = True
+        self.hub = greenlet.getcurrent()
+        self.task_of: dict[greenlet.greenlet, int] = {}
+        self.blocked: set[greenlet.greenlet] = set()
+        self.timers: list[tuple[float, int, greenlet.greenlet]] = []
+        self.cancelled: set[int] = set()
+
+    # ---- sending ------------------------------------------------------------------
+    def _send(self, msg: list[Any]) -> None:
+        self.sock.send_multipart(self.codec.encode(msg), copy=False)
+
+    def flush(self) -> None:
+        if self.out_submit:
+            subs, self.out_submit = self.out_submit, []
+            self._send([P.SUBMIT, subs, self.encoder.take_funcs(), 0])
+        if self.out_results:
+            res, self.out_results = self.out_results, []
+            self._send([P.RESULTS, res])
+        self._credit()
+
+    def _credit(self) -> None:
+        active = len(self.queue) + len(self.runnable) + self.granted
+        want = self.capacity - active
+        if want > 0 or self.blocked_new or self.resumed_new:
+            n = max(0, want)
+            self.granted += n
+            b, r = self.blocked_new, self.resumed_new
+            self.blocked_new, self.resumed_new = [], []
+            self._send([P.CREDIT, n, b, r])
+
+    # ---- receiving ----------------------------------------------------------------
+    def _recv_all(self, timeout_ms: int) -> None:
+        sock = self.sock
+        if not sock.poll(timeout_ms):
+            return
+        while True:
+            try:
+                sig, body = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except ValueError:
+                continue  # wrong frame count: ignore
+            try:
+                msg = self.codec.decode(sig, body)
+            except P.AuthError:
+                print("shoal worker: dropped a message that failed authentication",
+                      file=sys.stderr)
+                continue
+            kind = msg[0]
+            if kind == P.WELCOME:
+                self.encoder = Encoder(msg[1]["origin"])
+                self.capacity = 1 + max(0, int(msg[1]["prefetch"]))
+            elif kind == P.TASKS:
+                specs = msg[1]
+                if msg[2]:
+                    self.func_blobs.update(msg[2])
+                self.granted = max(0, self.granted - len(specs))
+                self.queue.extend(specs)
+            elif kind == P.RESULTS:
+                children = self.children
+                for tid, status, payload, _extra in msg[1]:
+                    fut = children.pop(tid, None)
+                    if fut is not None:
+                        deliver(fut, status, payload)
+            elif kind == P.CANCEL:
+                self.cancelled.update(msg[2])
+            elif kind == P.SHUTDOWN:
+                self.running = False
+                return
+
+    # ---- running ------------------------------------------------------------------
+    def loop(self) -> None:
+        while self.running:
+            busy = bool(self.queue or self.runnable)
+            if not busy:
+                self.flush()
+                timeout = 1000
+                if self.timers:
+                    timeout = max(0, int((self.timers[0][0] - time.monotonic()) * 1000) + 1)
+                self._recv_all(timeout)
+            else:
+                self._recv_all(0)
+            self._fire_timers()
+            # resumed parents first: they free memory and unblock their own waiters
+            for _ in range(64):
+                if self.runnable:
+                    g = self.runnable.popleft()
+                    if not g.dead:
+                        self._resume(g)
+                elif self.queue:
+                    self._start(self.queue.popleft())
+                else:
+                    break
+                if self.out_results and (
+                    len(self.out_results) >= FLUSH_COUNT
+                    or time.monotonic() - self.first_unsent > FLUSH_AFTER_S
+                ):
+                    self.flush()
+
+    def _start(self, spec: list[Any]) -> None:
+        tid = spec[0]
+        if tid in self.cancelled:
+            self.cancelled.discard(tid)
+            self._result(tid, P.CANCELLED, b"")
+            return
+        g = greenlet.greenlet(self._run)
+        self.task_of[g] = tid
+        g.switch(spec)
+        if g.dead:
+            del self.task_of[g]
+
+    def _resume(self, g: greenlet.greenlet) -> None:
+        tid = self.task_of.get(g)
+        if g in self.blocked:
+            self.blocked.discard(g)
+            self.resumed_new.append(tid)
+        g.switch()
+        if g.dead:
+            self.task_of.pop(g, None)
+
+    def _run(self, spec: list[Any]) -> None:
+        tid, kind, fid, payload = spec[0], spec[1], spec[2], spec[3]
+        try:
+            fn = self.funcs.get(fid)
+            if fn is None:
+                fn = self._load_func(fid)
+            if kind == P.PY:
+                args, kwargs = pickle.loads(payload)
+                value = fn(*args, **kwargs)
+            else:  # CHUNK
+                value = [fn(*a) for a in pickle.loads(payload)]
+        except BaseException as exc:  # noqa: BLE001 - everything a task raises goes back
+            if isinstance(exc, greenlet.GreenletExit):
+                raise
+            tb = traceback.format_exc()
+            self._result(tid, P.ERR, exception_payload(exc, tb))
+            return
+        try:
+            out = _dumps(value, protocol=5)
+        except Exception:  # noqa: BLE001
+            try:
+                out = cloudpickle.dumps(value, protocol=5)
+            except Exception as exc:  # noqa: BLE001
+                err = TypeError(f"the result of the task cannot be sent back: {exc}")
+                self._result(tid, P.ERR, exception_payload(err, ""))
+                return
+        self._result(tid, P.OK, out)
+
+    def _load_func(self, fid: int) -> Callable[..., Any]:
+        blob = self.func_blobs.pop(fid, None)
+        if blob is None:
+            raise RuntimeError(f"function {fid:#x} never reached this worker")
+        fn = pickle.loads(blob)
+        self.funcs[fid] = fn
+        return fn
+
+    def _result(self, tid: int, status: int, payload: bytes) -> None:
+        if not self.out_results:
+            self.first_unsent = time.monotonic()
+        self.out_results.append([tid, status, payload, None])
+
+    # ---- sub-tasks ----------------------------------------------------------------
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> ShoalFuture:
+        from shoal.client.command import Command
+
+        enc = self.encoder
+        try:
+            if isinstance(fn, Command):
+                spec = enc.command(fn, [])
+            else:
+                spec = enc.call(fn, args, kwargs, [], 1)
+        except (EncodeError, ValueError) as exc:
+            fut = ShoalFuture(enc.next_tid(), self)
+            fut.set_exception(exc)
+            return fut
+        fut = ShoalFuture(spec[0], self)
+        self.children[spec[0]] = fut
+        self.out_submit.append(spec)
+        return fut
+
+    def map(self, fn: Callable[..., Any], *iterables: Any, timeout: float | None = None,
+            chunksize: int = 1) -> Any:
+        futs = [self.submit(fn, *args) for args in zip(*iterables)]
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def results() -> Any:
+            for f in futs:
+                yield f.result(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+        return results()
+
+    def _cancel(self, futs: list[ShoalFuture]) -> bool:
+        # Sub-tasks not yet sent can be dropped here; sent ones are owned by the head.
+        tids = {f.tid for f in futs}
+        before = len(self.out_submit)
+        self.out_submit = [s for s in self.out_submit if s[0] not in tids]
+        if len(self.out_submit) != before:
+            for t in tids:
+                self.children.pop(t, None)
+            return True
+        return False
+
+    def _block(self, futs: list[cf.Future], timeout: float | None, return_when: str) -> None:
+        """Park the calling task until ``futs`` satisfy ``return_when`` (or timeout)."""
+        g = greenlet.getcurrent()
+        if g is self.hub or g not in self.task_of:
+            # Not inside a task greenlet (e.g. module import): drive the loop here.
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while not _satisfied(futs, return_when):
+                if deadline is not None and time.monotonic() >= deadline:
+                    return
+                self.flush()
+                self._recv_all(10)
+            return
+        if _satisfied(futs, return_when):
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        woken = [False]
+
+        def wake(_f: Any = None) -> None:
+            if not woken[0]:
+                woken[0] = True
+                self.runnable.append(g)
+
+        for f in futs:
+            if not f.done():
+                f.add_done_callback(wake)
+        if deadline is not None:
+            heapq.heappush(self.timers, (deadline, id(g), g))
+        while True:
+            self.blocked.add(g)
+            self.blocked_new.append(self.task_of[g])
+            self.flush()  # sub-tasks must leave before we wait on them
+            self.hub.switch()
+            if _satisfied(futs, return_when):
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            woken[0] = False
+            for f in futs:
+                if not f.done():
+                    f.add_done_callback(wake)
+
+    def _fire_timers(self) -> None:
+        now = time.monotonic()
+        while self.timers and self.timers[0][0] <= now:
+            _, _, g = heapq.heappop(self.timers)
+            if g in self.blocked and g not in self.runnable:
+                self.runnable.append(g)
+
+
+def _satisfied(futs: list[cf.Future], return_when: str) -> bool:
+    if return_when == cf.ALL_COMPLETED:
+        return all(f.done() for f in futs)
+    if return_when == cf.FIRST_EXCEPTION:
+        return all(f.done() for f in futs) or any(
+            f.done() and not f.cancelled() and f.exception() is not None for f in futs
+        )
+    return any(f.done() for f in futs)
+
+
+def worker_main(endpoint: str, key: bytes, ident: bytes,
+                sys_path: list[str] | None = None) -> None:
+    """Entry point of a worker process (forked by its agent)."""
+    global _current
+    set_parent_death_signal()
+    # Ctrl-C belongs to the agent, which stops its workers in order.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys_path:
+        for p in reversed(sys_path):
+            if p not in sys.path:
+                sys.path.insert(0, p)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.IDENTITY, ident)
+    sock.setsockopt(zmq.LINGER, 2000)
+    sock.setsockopt(zmq.SNDHWM, 0)
+    sock.setsockopt(zmq.RCVHWM, 0)
+    sock.connect(endpoint)
+    codec = P.Codec(key)
+    wc = WorkerContext(sock, codec)
+    _current = wc
+    _patch_stdlib_waits()
+    try:
+        wc._send([P.HELLO, "worker", {"pid": os.getpid()}])
+        wc.loop()
+        wc.flush()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close(linger=2000)
+        ctx.term()
+        os._exit(0)
+
+
+def _patch_stdlib_waits() -> None:
+    """Make ``concurrent.futures.wait/as_completed`` in tasks yield the worker too."""
+    from shoal.client import waiting
+
+    cf.wait = waiting.wait
+    cf.as_completed = waiting.as_completed

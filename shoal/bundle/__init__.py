@@ -1,0 +1,31 @@
+"""Fast start at scale: tiered environment bundles, broadcast to node-local storage,
+and an interpreter rerouted to the local copy (after python-mpi-bcast, Feng et al. 2016).
+
+``build`` makes the bundles, ``deliver`` puts them on every node, ``rerouted_environ``
+gives the environment that runs Python from the copy, ``cleanup`` removes it.
+"""
+
+from __future__ import annotations
+
+from .archive import BundleError, StreamUnpacker, expected_digest
+from .env import python_executable, rerouted_environ, shell_exports
+from .install import UnpackReport, cleanup, unpack_bundles
+from .tiers import BuildResult, build
+from .transport import DeliveryReport, deliver, register_agent_transport
+
+__all__ = [
+    "BuildResult",
+    "BundleError",
+    "DeliveryReport",
+    "StreamUnpacker",
+    "UnpackReport",
+    "build",
+    "cleanup",
+    "deliver",
+    "expected_digest",
+    "python_executable",
+    "register_agent_transport",
+    "rerouted_environ",
+    "shell_exports",
+    "unpack_bundles",
+]

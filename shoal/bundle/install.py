@@ -1,0 +1,178 @@
+"""Node-local install of bundles: staging, atomic switch, cleanup.
+
+``DEST`` (e.g. ``/dev/shm/$USER/shoal``) is a symbolic link to a generation directory
+``.DEST.shoal-XXXX`` beside it. Bundles are unpacked into a fresh staging directory, in
+order (later bundles overlay earlier ones), verified, and only then is ``DEST`` switched
+to it with one ``rename`` -- so nothing half-unpacked is ever reachable through ``DEST``.
+Everything is created owner-only (0700).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .archive import BundleError, expected_digest, iter_file_chunks, unpack_stream
+
+_TAG = ".shoal-"  # generation and staging directories: .<name>.shoal-<random>
+
+
+def _siblings_prefix(dest: Path) -> str:
+    return f".{dest.name}{_TAG}"
+
+
+def _made_record(dest: Path) -> Path:
+    return dest.parent / f".{dest.name}{_TAG}made"
+
+
+def _ensure_parent(dest: Path) -> None:
+    """Create missing parents owner-only, remembering which, so cleanup can remove them."""
+    missing = []
+    p = dest.parent
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o700)
+        except FileExistsError:  # another receiver on this node made it first
+            pass
+    if missing:
+        rec = _made_record(dest)
+        old = rec.read_text().split("\n") if rec.exists() else []
+        rec.write_text("\n".join(dict.fromkeys(old + [str(d) for d in missing])).strip() + "\n")
+        os.chmod(rec, 0o600)
+    if not os.access(dest.parent, os.W_OK | os.X_OK):
+        raise BundleError(f"{dest.parent}: not writable, cannot install bundles there")
+
+
+def current_generation(dest: Path) -> Path | None:
+    """The generation directory ``dest`` points to, or None when nothing is installed."""
+    if dest.is_symlink():
+        target = dest.parent / os.readlink(dest)
+        return target if target.is_dir() else None
+    if dest.exists():
+        if dest.is_dir() and not any(dest.iterdir()):
+            return None
+        raise BundleError(f"{dest}: exists and is not a shoal bundle root (remove it or pick another --to)")
+    return None
+
+
+def new_stage(dest: Path, overlay: bool = True) -> Path:
+    """A private staging directory beside ``dest``; with ``overlay`` it starts as a copy of
+    what is installed now, so new bundles add to it instead of replacing it."""
+    dest = Path(os.path.abspath(dest))
+    _ensure_parent(dest)
+    cur = current_generation(dest)
+    stage = Path(tempfile.mkdtemp(prefix=_siblings_prefix(dest), dir=dest.parent))
+    os.chmod(stage, 0o700)
+    if overlay and cur is not None:
+        shutil.copytree(cur, stage, symlinks=True, dirs_exist_ok=True)
+    return stage
+
+
+def finalize_stage(stage: Path) -> None:
+    """Last fixes before a staging directory goes live: a conda-pack'ed tier 1 has its
+    prefixes rewritten by its own ``conda-unpack`` for where it now lies."""
+    marker = stage / ".shoal" / "conda-unpack-pending"
+    if marker.exists():
+        r = subprocess.run([str(stage / "bin" / "python"), str(stage / "bin" / "conda-unpack")],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise BundleError(f"{stage}: conda-unpack failed: {r.stderr.strip()[-500:]}")
+        marker.unlink()
+
+
+def commit(dest: Path, stage: Path) -> None:
+    """Point ``dest`` at ``stage`` with one atomic rename, then drop the old generation."""
+    dest = Path(os.path.abspath(dest))
+    old = current_generation(dest)
+    if dest.is_dir() and not dest.is_symlink():  # an empty directory made by someone: replace it
+        dest.rmdir()
+    link = dest.parent / f"{_siblings_prefix(dest)}link-{os.getpid()}"
+    link.unlink(missing_ok=True)
+    os.symlink(stage.name, link)
+    os.replace(link, dest)
+    if old is not None and old != stage:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def discard(stage: Path) -> None:
+    """Remove a staging directory after a failure."""
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+def cleanup(dest: Path) -> list[Path]:
+    """Remove ``dest``, every generation or staging directory of it, and the parent
+    directories shoal created for it when they are empty; return what was removed."""
+    dest = Path(os.path.abspath(dest))
+    removed: list[Path] = []
+    parent = dest.parent
+    rec = _made_record(dest)
+    made = [Path(p) for p in rec.read_text().split()] if rec.exists() else []
+    if dest.is_symlink():
+        dest.unlink()
+        removed.append(dest)
+    elif dest.is_dir() and (dest / ".shoal").is_dir():  # a plain-directory root (--fresh copy)
+        shutil.rmtree(dest)
+        removed.append(dest)
+    if parent.is_dir():
+        for p in parent.iterdir():
+            if p.name.startswith(_siblings_prefix(dest)):
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
+                removed.append(p)
+    for d in sorted(made, key=lambda p: len(p.parts), reverse=True):
+        try:
+            d.rmdir()  # only when empty: other users' or jobs' files are never touched
+            removed.append(d)
+        except OSError:
+            pass
+    return removed
+
+
+@dataclass
+class UnpackReport:
+    """What one node did: bytes and seconds per bundle, and the final root."""
+
+    dest: Path
+    bundles: list[str] = field(default_factory=list)
+    nbytes: int = 0
+    seconds: float = 0.0
+
+
+def unpack_bundles(bundles: Sequence[Path | str], dest: Path | str, *, overlay: bool = True) -> UnpackReport:
+    """Verify and unpack bundle files into ``dest`` on this node, in order, atomically.
+
+    This is what every receiver does with bundles that are already on local storage
+    (the ``local`` and ``sbcast`` transports, and shoal agents). Raises BundleError and
+    leaves ``dest`` as it was when any bundle is missing, corrupt or truncated.
+    """
+    dest = Path(os.path.abspath(dest))
+    paths = [Path(b) for b in bundles]
+    for p in paths:
+        if not p.is_file():
+            raise BundleError(f"{p}: no such bundle file")
+    digests = [expected_digest(p) for p in paths]
+    t0 = time.perf_counter()
+    rep = UnpackReport(dest)
+    stage = new_stage(dest, overlay=overlay)
+    try:
+        for p, d in zip(paths, digests):
+            rep.nbytes += unpack_stream(iter_file_chunks(p), stage, p.name, d)
+            rep.bundles.append(p.name)
+        finalize_stage(stage)
+        commit(dest, stage)
+    except BaseException:
+        discard(stage)
+        raise
+    rep.seconds = time.perf_counter() - t0
+    return rep

@@ -1,0 +1,61 @@
+"""`shoal` command line: one sub-command a module, imported only when used.
+
+Each sub-command module exposes ``add_parser(subparsers)`` (which registers its
+arguments and sets ``func``) so start-up stays cheap and modules stay independent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# sub-command -> module (relative to shoal.cli) that implements it
+COMMANDS: dict[str, str] = {
+    "run": "run",          # one shell command per line of a task file
+    "head": "cluster",     # start a head, write a connection file
+    "agent": "cluster",    # join a head as a node agent
+    "script": "script",    # compile and run a shell script as a DAG
+    "bundle": "bundle",    # build tiered environment bundles
+    "bcast": "bundle",     # broadcast bundles to node-local storage
+    "env": "bundle",       # print exports that reroute the interpreter
+}
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="shoal", description="Many-task computing runtime for Python."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    wanted = COMMANDS.get(argv[0]) if argv else None
+    loaded: set[str] = set()
+    for name, module in COMMANDS.items():
+        if wanted is not None and module != wanted:
+            sub.add_parser(name)  # listed, not loaded
+            continue
+        if module in loaded:
+            continue
+        try:
+            mod = importlib.import_module(f"shoal.cli.{module}")
+        except ModuleNotFoundError as exc:  # a part not installed in this build
+            if exc.name != f"shoal.cli.{module}":
+                raise
+            continue
+        mod.add_parser(sub)
+        loaded.add(module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    return int(func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""Turning calls and commands into task tuples (shared by clients and tasks in workers).
+
+A function is pickled once per submitter and travels once per hop (the head and agents
+cache it by id); a task carries only its function id and its pickled arguments.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, Callable
+
+import cloudpickle
+
+from shoal.client.command import Command
+from shoal.transport import protocol as P
+
+
+class EncodeError(TypeError):
+    """A function or an argument of a task cannot be sent to a worker (unpicklable)."""
+
+
+class Encoder:
+    """Allocates task and function ids for one origin and pickles what tasks carry."""
+
+    def __init__(self, origin: int) -> None:
+        self.origin = origin << 32
+        self.seq = 0
+        self._fids: dict[int, tuple[Any, int]] = {}
+        self.new_funcs: dict[int, bytes] = {}
+
+    def next_tid(self) -> int:
+        self.seq += 1
+        return self.origin | self.seq
+
+    def fid(self, fn: Callable[..., Any]) -> int:
+        entry = self._fids.get(id(fn))
+        if entry is not None and entry[0] is fn:
+            return entry[1]
+        try:
+            blob = cloudpickle.dumps(fn, protocol=5)
+        except Exception as exc:  # noqa: BLE001 - any failure: name the function
+            raise EncodeError(f"cannot send function {_name(fn)} to a worker: {exc}") from exc
+        fid = self.next_tid()
+        self._fids[id(fn)] = (fn, fid)  # keeps fn alive so id(fn) is not reused
+        self.new_funcs[fid] = blob
+        return fid
+
+    def take_funcs(self) -> dict[int, bytes]:
+        funcs, self.new_funcs = self.new_funcs, {}
+        return funcs
+
+    def call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+             deps: list[int], cores: int) -> list[Any]:
+        fid = self.fid(fn)
+        try:
+            payload = cloudpickle.dumps((args, kwargs), protocol=5) if kwargs or args else _EMPTY
+        except Exception as exc:  # noqa: BLE001
+            raise EncodeError(f"cannot send the arguments of {_name(fn)} to a worker: {exc}") from exc
+        return [self.next_tid(), P.PY, fid, payload, deps, cores, -1]
+
+    def chunk(self, fn: Callable[..., Any], items: list[tuple[Any, ...]], cores: int) -> list[Any]:
+        fid = self.fid(fn)
+        try:
+            payload = cloudpickle.dumps(items, protocol=5)
+        except Exception as exc:  # noqa: BLE001
+            raise EncodeError(f"cannot send the arguments of {_name(fn)} to a worker: {exc}") from exc
+        return [self.next_tid(), P.CHUNK, fid, payload, [], cores, -1]
+
+    def command(self, cmd: Command, deps: list[int]) -> list[Any]:
+        if cmd.cores < 1:
+            raise ValueError(f"a command needs at least 1 core, not {cmd.cores}")
+        env = dict(cmd.env) if cmd.env else None
+        spec = {
+            "argv": cmd.argv(),
+            "cwd": cmd.cwd,
+            "env": env,
+            "stdout": cmd.stdout,
+            "stderr": cmd.stderr,
+            "stdin": cmd.stdin,
+            "check": cmd.check,
+        }
+        return [self.next_tid(), P.CMD, 0, spec, deps, cmd.cores, -1]
+
+
+_EMPTY = pickle.dumps(((), {}), protocol=5)
+
+
+def _name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)

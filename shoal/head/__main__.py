@@ -1,0 +1,41 @@
+"""``python -m shoal.head``: run a head (used by the local default and `shoal head`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+from shoal._sys import set_parent_death_signal
+from shoal.head.server import Head
+from shoal.transport.connfile import Connection
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m shoal.head")
+    ap.add_argument("--connection", required=True, help="connection file to read")
+    ap.add_argument("--bind", help="endpoint to bind instead of the file's address")
+    ap.add_argument("--owner-pid", type=int, help="stop when this process dies")
+    ap.add_argument("--prefetch", type=int, default=1)
+    ap.add_argument("--exit-when-idle", action="store_true")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
+                        format="shoal head: %(message)s")
+    if args.owner_pid:
+        set_parent_death_signal()
+    head = Head(Connection.read(args.connection), bind=args.bind, prefetch=args.prefetch,
+                owner_pid=args.owner_pid, exit_when_idle=args.exit_when_idle)
+
+    def stop(*_: object) -> None:
+        head.running = False
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    head.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

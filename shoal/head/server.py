@@ -1,0 +1,252 @@
+"""The head process: one ROUTER socket, the scheduler core, and batching of every send.
+
+Peers (clients and agents) connect with DEALER sockets. The loop drains every message
+that is waiting, feeds each to the scheduler core, and only then flushes: one TASKS
+message per agent and one RESULTS message per owner per turn, however many tasks they
+carry. The head never unpickles user data: payloads pass through as bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from typing import Any
+
+import zmq
+
+from shoal._sys import alive
+from shoal.head.core import T_FID, T_KIND, Decisions, SchedulerCore
+from shoal.transport import protocol as P
+from shoal.transport.connfile import Connection
+
+log = logging.getLogger("shoal.head")
+
+HEARTBEAT_S = 1.0
+AGENT_TIMEOUT_S = 30.0     # silent this long -> the agent is lost
+ORIGINS_PER_AGENT = 1 << 16  # tid origins an agent may hand to worker incarnations
+
+
+class Peer:
+    __slots__ = ("ident", "role", "sent_fids", "last_seen", "slots", "info")
+
+    def __init__(self, ident: bytes, role: str, info: dict[str, Any]) -> None:
+        self.ident = ident
+        self.role = role
+        self.sent_fids: set[int] = set()
+        self.last_seen = time.monotonic()
+        self.slots = int(info.get("slots", 0))
+        self.info = info
+
+
+class Head:
+    """Runs the head loop until told to shut down (or its owner process dies)."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        bind: str | None = None,
+        prefetch: int = 1,
+        owner_pid: int | None = None,
+        exit_when_idle: bool = False,
+    ) -> None:
+        self.conn = conn
+        self.codec = P.Codec(conn.key)
+        self.core = SchedulerCore()
+        self.prefetch = max(0, prefetch)
+        self.owner_pid = owner_pid
+        self.exit_when_idle = exit_when_idle
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 1000)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        self.sock.setsockopt(zmq.SNDHWM, 0)
+        self.sock.setsockopt(zmq.RCVHWM, 0)
+        self.sock.bind(bind or conn.address)
+        self.address = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.peers: dict[bytes, Peer] = {}
+        self.funcs: dict[int, bytes] = {}
+        self.next_origin = 1
+        self.running = True
+        self.bad_messages = 0
+        self._out_tasks: dict[bytes, list[Any]] = defaultdict(list)
+        self._out_results: dict[bytes, list[Any]] = defaultdict(list)
+
+    # ---- loop ---------------------------------------------------------------------
+    def serve(self) -> None:
+        sock = self.sock
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        next_beat = time.monotonic() + HEARTBEAT_S
+        recv = sock.recv_multipart
+        try:
+            while self.running:
+                if poller.poll(HEARTBEAT_S * 1000):
+                    for _ in range(10000):
+                        try:
+                            frames = recv(zmq.NOBLOCK, copy=True)
+                        except zmq.Again:
+                            break
+                        self._handle(frames)
+                        if not self.running:
+                            break
+                    self._flush()
+                now = time.monotonic()
+                if now >= next_beat:
+                    next_beat = now + HEARTBEAT_S
+                    self._beat(now)
+        finally:
+            self._stop_agents()
+            sock.close(linger=500)
+            self.ctx.term()
+
+    def _handle(self, frames: list[bytes]) -> None:
+        if len(frames) != 3:
+            self.bad_messages += 1
+            log.warning("dropped a malformed message (%d frames)", len(frames))
+            return
+        ident, sig, body = frames
+        try:
+            msg = self.codec.decode(sig, body)
+        except P.AuthError:
+            self.bad_messages += 1
+            log.warning("dropped a message that failed authentication from %r", ident[:32])
+            return
+        except Exception as exc:  # noqa: BLE001 - garbage that was signed: still not trusted
+            self.bad_messages += 1
+            log.warning("dropped an undecodable message from %r: %s", ident[:32], exc)
+            return
+        kind = msg[0]
+        peer = self.peers.get(ident)
+        if peer is not None:
+            peer.last_seen = time.monotonic()
+        if kind == P.RESULTS:
+            if peer is not None:
+                self._apply(self.core.finished(ident, msg[1]))
+        elif kind == P.SUBMIT:
+            if peer is None:
+                return
+            funcs = msg[2]
+            if funcs:
+                self.funcs.update(funcs)
+            self._apply(self.core.submit(msg[1], ident, static=bool(msg[3])))
+        elif kind == P.CREDIT:
+            if peer is not None:
+                self._apply(self.core.grant(ident, msg[1]))
+        elif kind == P.HELLO:
+            self._hello(ident, msg[1], msg[2])
+        elif kind == P.CANCEL:
+            req, tids = msg[1], msg[2]
+            done, d = self.core.cancel(tids, ident)
+            self._apply(d)
+            self._send(ident, [P.CANCEL, req, done])
+        elif kind == P.STATS:
+            self._send(ident, [P.STATS, msg[1], self.stats()])
+        elif kind == P.HEARTBEAT:
+            pass
+        elif kind == P.BYE:
+            self._bye(ident, msg[1] if len(msg) > 1 else "left")
+        elif kind == P.SHUTDOWN:
+            log.info("shutdown requested by %r", ident)
+            self.running = False
+        else:
+            log.warning("dropped a message of unknown kind %r from %r", kind, ident[:32])
+
+    def _hello(self, ident: bytes, role: str, info: dict[str, Any]) -> None:
+        if role not in ("client", "agent"):
+            log.warning("dropped HELLO with unknown role %r", role)
+            return
+        old = self.peers.get(ident)
+        if old is not None:
+            self._bye(ident, "reconnected")
+        peer = Peer(ident, role, info)
+        self.peers[ident] = peer
+        origin = self.next_origin
+        self.next_origin += ORIGINS_PER_AGENT if role == "agent" else 1
+        self._send(
+            ident,
+            [P.WELCOME, {"origin": origin, "prefetch": self.prefetch, "run_id": self.conn.run_id,
+                         "slots": self.core.total_slots() + peer.slots}],
+        )
+        if role == "agent":
+            log.info("agent %s joined with %d slots", ident.decode(errors="replace"), peer.slots)
+            self._apply(self.core.add_agent(ident, peer.slots))
+
+    def _bye(self, ident: bytes, reason: str) -> None:
+        peer = self.peers.pop(ident, None)
+        if peer is None:
+            return
+        if peer.role == "agent":
+            self._apply(self.core.remove_agent(ident, reason))
+        else:
+            self._apply(self.core.cancel_owner(ident))
+            if self.exit_when_idle and not any(p.role == "client" for p in self.peers.values()):
+                self.running = False
+
+    def _beat(self, now: float) -> None:
+        if self.owner_pid is not None and not alive(self.owner_pid):
+            log.info("owner process %d is gone; stopping", self.owner_pid)
+            self.running = False
+            return
+        for ident, peer in list(self.peers.items()):
+            if peer.role == "agent" and now - peer.last_seen > AGENT_TIMEOUT_S:
+                log.warning("agent %s silent for %.0f s: lost", ident.decode(errors="replace"),
+                            now - peer.last_seen)
+                self._bye(ident, f"silent for {now - peer.last_seen:.0f} s")
+            else:
+                self._send(ident, [P.HEARTBEAT])
+
+    # ---- decisions -> messages ------------------------------------------------------
+    def _apply(self, d: Decisions) -> None:
+        if not d:
+            return
+        for agent, specs in d.dispatch.items():
+            self._out_tasks[agent].extend(specs)
+        for owner, items in d.resolve.items():
+            self._out_results[owner].extend(items)
+        for agent, tids in d.revoke.items():
+            self._send(agent, [P.CANCEL, 0, tids])
+
+    def _flush(self) -> None:
+        if self._out_results:
+            out, self._out_results = self._out_results, defaultdict(list)
+            for owner, items in out.items():
+                if owner in self.peers:
+                    self._send(owner, [P.RESULTS, items])
+        if self._out_tasks:
+            out, self._out_tasks = self._out_tasks, defaultdict(list)
+            for agent, specs in out.items():
+                peer = self.peers.get(agent)
+                if peer is None:
+                    continue
+                funcs: dict[int, bytes] = {}
+                sent = peer.sent_fids
+                for spec in specs:
+                    if spec[T_KIND] != P.CMD:
+                        fid = spec[T_FID]
+                        if fid not in sent:
+                            sent.add(fid)
+                            funcs[fid] = self.funcs[fid]
+                self._send(agent, [P.TASKS, specs, funcs])
+
+    def _send(self, ident: bytes, msg: list[Any]) -> None:
+        try:
+            self.sock.send_multipart([ident, *self.codec.encode(msg)], zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            log.debug("send to %r failed: %s", ident, exc)
+
+    def _stop_agents(self) -> None:
+        for ident, peer in list(self.peers.items()):
+            self._send(ident, [P.SHUTDOWN])
+        self.peers.clear()
+
+    def stats(self) -> dict[str, Any]:
+        core = self.core
+        return {
+            "agents": sum(1 for p in self.peers.values() if p.role == "agent"),
+            "slots": core.total_slots(),
+            "queued": len(core.ready),
+            "live": len(core.tasks),
+            "completed": core.completed,
+            "bad_messages": self.bad_messages,
+        }

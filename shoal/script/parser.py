@@ -1,0 +1,58 @@
+"""Front end: parse shell source with tree-sitter-bash and reject what it could not parse.
+
+tree-sitter is an error-recovering parser: it always returns a tree, marking the parts it could
+not parse with ``ERROR`` or ``MISSING`` nodes. We turn the first of those into a ScriptError
+naming its line, so a syntax error never reaches the interpreter.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import tree_sitter
+import tree_sitter_bash
+
+from .errors import ScriptError
+
+Node = tree_sitter.Node
+
+
+@lru_cache(maxsize=1)
+def _parser() -> tree_sitter.Parser:
+    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+
+
+def _first_error(node: Node) -> Node | None:
+    # descend only into subtrees that contain an error: cheap on large, valid scripts
+    if node.type == "ERROR" or node.is_missing:
+        return node
+    if not node.has_error:
+        return None
+    for child in node.children:
+        found = _first_error(child)
+        if found is not None:
+            return found
+    return node
+
+
+def parse(source: bytes, script: str = "script") -> Node:
+    """Parse ``source`` and return the root ``program`` node; raise ScriptError on a syntax error."""
+    tree = _parser().parse(source)
+    root = tree.root_node
+    if root.has_error:
+        bad = _first_error(root)
+        assert bad is not None
+        line = bad.start_point[0] + 1
+        if bad.is_missing:
+            msg = f"syntax error: missing '{bad.type}'"
+        else:
+            text = bad.text.decode(errors="replace").strip().splitlines()
+            near = text[0][:40] if text else ""
+            msg = f"syntax error near '{near}'" if near else "syntax error"
+        raise ScriptError(msg, line, script)
+    return root
+
+
+def parse_fragment(text: str) -> Node:
+    """Parse a fragment (e.g. an arithmetic expression given as text to ``let``); no error check."""
+    return _parser().parse(text.encode()).root_node
