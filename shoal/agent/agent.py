@@ -89,13 +89,14 @@ class Agent:
         self.cmd_pipes: dict[int, launcher.Running] = {}     # pipe fd -> running
         self.cmd_cores = 0
         self.func_blobs: dict[int, bytes] = {}
-        self.head_credit = 0
-        self.debt = 0
+        self.head_credit = 0      # credit to send to the head at the next flush
+        self.awaiting = 0         # credit granted to the head, tasks not yet arrived
         self.out_results: list[list[Any]] = []
         self.out_submit: list[list[Any]] = []
         self.out_funcs: dict[int, bytes] = {}
         self.out_workers: dict[bytes, list[list[Any]]] = {}
         self.running = True
+        self.head_gone = False
         self.welcomed = False
         self.base_env = dict(os.environ)
         self.tmpdir = tempfile.mkdtemp(prefix="shoal-agent-")
@@ -195,6 +196,7 @@ class Agent:
                 self.func_blobs.update(msg[2])
             need_workers = False
             for spec in msg[1]:
+                self.awaiting -= spec[5] or 1
                 if spec[1] == P.CMD:
                     self.cmd_queue.append(spec)
                 else:
@@ -223,6 +225,7 @@ class Agent:
             self._revoke(set(msg[2]))
         elif kind == P.SHUTDOWN:
             self.running = False
+            self.head_gone = True
         elif kind == P.HEARTBEAT:
             pass
 
@@ -263,11 +266,8 @@ class Agent:
             for tid in msg[2]:
                 if tid in w.tasks:
                     w.blocked.add(tid)
-                    self.head_credit += 1  # its core is free while it waits
             for tid in msg[3]:
-                if tid in w.blocked:
-                    w.blocked.discard(tid)
-                    self.debt += 1
+                w.blocked.discard(tid)
         elif kind == P.SUBMIT:
             self.out_submit.extend(msg[1])
             if msg[2]:
@@ -275,11 +275,23 @@ class Agent:
 
     def _result_to_head(self, item: list[Any], cores: int) -> None:
         self.out_results.append(item)
-        if self.debt:
-            pay = min(self.debt, cores)
-            self.debt -= pay
-            cores -= pay
-        self.head_credit += cores
+
+    def _want_credit(self) -> None:
+        """Ask the head for what workers asked for, plus free cores and prefetch.
+
+        Workers ask for more when their tasks are short (adaptive prefetch) or blocked on
+        sub-tasks, so the head's view of this agent follows real demand.
+        """
+        py = sum(w.credit for w in self.workers.values() if w.ready)
+        if not self.workers and self.nworkers == 0:
+            py = 0
+        free = self._free_cores()
+        want = py + max(0, free) + self.slots * self.prefetch
+        have = self.awaiting + len(self.py_queue) + sum(len(q) for q in self.pinned.values()) \
+            + sum(s[5] or 1 for s in self.cmd_queue)
+        if want > have:
+            self.head_credit += want - have
+            self.awaiting += want - have
 
     # ---- placing work ---------------------------------------------------------------------
     def _free_cores(self) -> int:
@@ -428,7 +440,6 @@ class Agent:
         poller.register(self.wsock, zmq.POLLIN)
         head_seen = time.monotonic()
         next_beat = time.monotonic() + HEARTBEAT_S
-        granted_initial = False
         try:
             while self.running:
                 events = poller.poll(HEARTBEAT_S * 1000)
@@ -442,10 +453,9 @@ class Agent:
                         self._worker_died(self.by_pidfd[sock_or_fd])
                     else:
                         self._command_event(sock_or_fd)
-                if self.welcomed and not granted_initial:
-                    granted_initial = True
-                    self.head_credit += self.slots * (1 + self.prefetch)
                 self._dispatch()
+                if self.welcomed:
+                    self._want_credit()
                 self._flush()
                 now = time.monotonic()
                 if now >= next_beat:
@@ -514,12 +524,13 @@ class Agent:
                 os.waitpid(run.pid, 0)
             except ChildProcessError:
                 pass
-        try:
-            self._send_head([P.BYE, "shutdown"])
-        except Exception:  # noqa: BLE001
-            pass
         if self.ctx is not None:
-            self.head.close(linger=500)
+            if not self.head_gone:
+                try:
+                    self._send_head([P.BYE, "shutdown"])
+                except Exception:  # noqa: BLE001
+                    pass
+            self.head.close(linger=0 if self.head_gone else 500)
             self.wsock.close(linger=0)
             self.ctx.term()
         try:

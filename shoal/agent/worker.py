@@ -38,6 +38,10 @@ _current: WorkerContext | None = None
 
 FLUSH_AFTER_S = 0.002     # a result waits at most this long for company before it is sent
 FLUSH_COUNT = 256
+# Adaptive prefetch: keep about this much work queued here (from the measured mean task
+# time), so tiny tasks arrive in large batches while long tasks keep the configured depth.
+QUEUE_TARGET_S = 0.005
+QUEUE_MAX = 1000
 
 
 def current() -> WorkerContext | None:
@@ -53,6 +57,8 @@ class WorkerContext:
         self.codec = codec
         self.encoder = Encoder(0)   # origin comes with the agent's WELCOME
         self.capacity = 0           # no credit before WELCOME
+        self.base_capacity = 0
+        self.mean_s = 0.0           # EWMA of task run time (tasks that did not block)
         self.granted = 0            # credit given to the agent and not used yet
         self.queue: deque[list[Any]] = deque()
         self.runnable: deque[greenlet.greenlet] = deque()
@@ -115,7 +121,7 @@ class WorkerContext:
             kind = msg[0]
             if kind == P.WELCOME:
                 self.encoder = Encoder(msg[1]["origin"])
-                self.capacity = 1 + max(0, int(msg[1]["prefetch"]))
+                self.base_capacity = self.capacity = 1 + max(0, int(msg[1]["prefetch"]))
             elif kind == P.TASKS:
                 specs = msg[1]
                 if msg[2]:
@@ -171,9 +177,16 @@ class WorkerContext:
             return
         g = greenlet.greenlet(self._run)
         self.task_of[g] = tid
+        t0 = time.perf_counter()
         g.switch(spec)
         if g.dead:
             del self.task_of[g]
+            self._measured(time.perf_counter() - t0)
+
+    def _measured(self, dt: float) -> None:
+        m = self.mean_s = dt if self.mean_s == 0.0 else 0.9 * self.mean_s + 0.1 * dt
+        extra = QUEUE_MAX if m <= QUEUE_TARGET_S / QUEUE_MAX else int(QUEUE_TARGET_S / m)
+        self.capacity = self.base_capacity + extra
 
     def _resume(self, g: greenlet.greenlet) -> None:
         tid = self.task_of.get(g)

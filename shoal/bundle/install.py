@@ -149,24 +149,30 @@ class UnpackReport:
     seconds: float = 0.0
 
 
-def unpack_bundles(bundles: Sequence[Path | str], dest: Path | str, *, overlay: bool = True) -> UnpackReport:
+def unpack_bundles(
+    bundles: Sequence[Path | str], dest: Path | str, *, overlay: bool = True,
+    digests: Sequence[str] | None = None,
+) -> UnpackReport:
     """Verify and unpack bundle files into ``dest`` on this node, in order, atomically.
 
     This is what every receiver does with bundles that are already on local storage
     (the ``local`` and ``sbcast`` transports, and shoal agents). Raises BundleError and
     leaves ``dest`` as it was when any bundle is missing, corrupt or truncated.
+    ``digests`` gives the expected sha256 of each bundle when no sidecar file travelled with it.
     """
     dest = Path(os.path.abspath(dest))
     paths = [Path(b) for b in bundles]
     for p in paths:
         if not p.is_file():
             raise BundleError(f"{p}: no such bundle file")
-    digests = [expected_digest(p) for p in paths]
+    digests = list(digests) if digests is not None else [expected_digest(p) for p in paths]
+    if len(digests) != len(paths):
+        raise BundleError(f"{len(paths)} bundles but {len(digests)} checksums")
     t0 = time.perf_counter()
     rep = UnpackReport(dest)
     stage = new_stage(dest, overlay=overlay)
     try:
-        for p, d in zip(paths, digests):
+        for p, d in zip(paths, digests, strict=True):
             rep.nbytes += unpack_stream(iter_file_chunks(p), stage, p.name, d)
             rep.bundles.append(p.name)
         finalize_stage(stage)

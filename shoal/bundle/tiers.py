@@ -240,7 +240,7 @@ def plan_python(info: PyInfo) -> Plan:
     if plat != stdlib and (plat / "lib-dynload").is_dir() and not _inside(str(plat / "lib-dynload"), str(stdlib)):
         _walk(plan, plat / "lib-dynload", f"{arc}/lib-dynload")
     # the stdlib's own site-packages directory must exist for site.py, even if empty
-    plan.entries.append(Entry("bytes", f"{info.site_rel}/README.shoal", b"tier 2 packages go here\n"))
+    plan.entries.append(Entry("bytes", f"{info.site_rel}/README.shoal", data=b"tier 2 packages go here\n"))
     _mark_elves(plan)
     return plan
 
@@ -290,7 +290,7 @@ def _add_site(plan: Plan, src: Path, arc: str, mapped: set[str]) -> None:
                 plan.warnings.append(f"{pth.name}: dropped path {s} outside site-packages "
                                      "(bundle it with --app or install it non-editable)")
         st = pth.stat()
-        plan.entries.append(Entry("bytes", f"{arc}/{pth.name}", ("\n".join(kept) + "\n").encode(),
+        plan.entries.append(Entry("bytes", f"{arc}/{pth.name}", data=("\n".join(kept) + "\n").encode(),
                                   mode=0o644, mtime=st.st_mtime))
     for name, path in sorted(editable.items()):
         p = Path(path)
@@ -468,6 +468,7 @@ def write_plan(plan: Plan, path: Path, level: int = 3, threads: int = 0, version
                 assert e.src is not None
                 w.add_path(e.arc, _relocated_elf(plan, e, patchelf, tmp))
         meta = dict(plan.meta, tier=plan.tier, key=plan.key(), format=FORMAT, warnings=plan.warnings)
+        _add_meta_dirs(w)
         w.add_bytes(f".shoal/bundles/{plan.tier}.json", json.dumps(meta, indent=1, sort_keys=True).encode())
         w.close()
     except BaseException:
@@ -475,6 +476,15 @@ def write_plan(plan: Plan, path: Path, level: int = 3, threads: int = 0, version
         raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _add_meta_dirs(w: BundleWriter) -> None:
+    import tarfile
+
+    for d in (".shoal", ".shoal/bundles"):
+        ti = tarfile.TarInfo(d)
+        ti.type, ti.mode = tarfile.DIRTYPE, 0o700
+        w._tar.addfile(w._norm(ti))
 
 
 def _relocated_elf(plan: Plan, e: Entry, patchelf: str | None, tmp: Path) -> Path:
@@ -608,6 +618,7 @@ def _build_conda(info: PyInfo, out: Path, level: int, threads: int, force: bool)
                     for ti in src:
                         w._tar.addfile(w._norm(ti), src.extractfile(ti) if ti.isreg() else None)
                 meta = dict(plan.meta, tier="python", key=plan.key(), format=FORMAT, warnings=[])
+                _add_meta_dirs(w)
                 w.add_bytes(".shoal/bundles/python.json", json.dumps(meta, sort_keys=True).encode())
                 w.add_bytes(".shoal/conda-unpack-pending", b"")
                 w.close()

@@ -53,7 +53,10 @@ class Encoder:
              deps: list[int], cores: int) -> list[Any]:
         fid = self.fid(fn)
         try:
-            payload = cloudpickle.dumps((args, kwargs), protocol=5) if kwargs or args else _EMPTY
+            if not kwargs and all(type(a) in _PLAIN for a in args):
+                payload = _pdumps((args, kwargs), 5)  # builtins only: plain pickle is exact
+            else:
+                payload = cloudpickle.dumps((args, kwargs), protocol=5)
         except Exception as exc:  # noqa: BLE001
             raise EncodeError(f"cannot send the arguments of {_name(fn)} to a worker: {exc}") from exc
         return [self.next_tid(), P.PY, fid, payload, deps, cores, -1]
@@ -82,7 +85,8 @@ class Encoder:
         return [self.next_tid(), P.CMD, 0, spec, deps, cmd.cores, -1]
 
 
-_EMPTY = pickle.dumps(((), {}), protocol=5)
+_pdumps = pickle.dumps
+_PLAIN = frozenset({int, float, str, bytes, bool, type(None), complex})
 
 
 def _name(fn: Any) -> str:

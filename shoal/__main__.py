@@ -1,0 +1,67 @@
+"""``python -m shoal [-n WORKERS] prog.py ARGS``: run an unmodified program on shoal.
+
+The program runs as ``__main__`` in this process; its ``shoal.futures`` calls go to a
+runtime started here (the embedded local default, or ``--connect FILE``). ``python -m
+shoal run ...`` (or any other sub-command) is the ``shoal`` command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from shoal.cli.main import COMMANDS
+
+    if argv and argv[0] in COMMANDS:
+        from shoal.cli.main import main as cli_main
+
+        return cli_main(argv)
+    ap = argparse.ArgumentParser(
+        prog="python -m shoal",
+        description="Run a Python program whose shoal.futures calls run in parallel.",
+    )
+    ap.add_argument("-n", "--workers", type=int, help="warm Python workers (default: one per core)")
+    ap.add_argument("--connect", metavar="FILE", help="join a running head instead")
+    ap.add_argument("--schedule", choices=("dynamic", "static"), default="dynamic")
+    ap.add_argument("--prefetch", type=int, default=1)
+    ap.add_argument("program", help="the Python program to run")
+    ap.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+    args = ap.parse_args(argv)
+    if not os.path.isfile(args.program):
+        print(f"shoal: program {args.program!r} not found", file=sys.stderr)
+        return 2
+    from shoal import futures
+    from shoal.client.executor import Executor
+
+    if args.workers is not None and args.workers < 1:
+        print("shoal: -n must be at least 1", file=sys.stderr)
+        return 2
+    ex = Executor(args.workers, schedule=args.schedule, prefetch=args.prefetch,
+                  connect=args.connect)
+    futures.set_executor(ex)
+    sys.argv = [args.program, *args.args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(args.program)))
+    code = 0
+    try:
+        runpy.run_path(args.program, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    except KeyboardInterrupt:
+        code = 130
+        ex.shutdown(wait=False, cancel_futures=True)
+    finally:
+        futures.set_executor(None)
+        ex.shutdown(wait=code == 0, cancel_futures=code != 0)
+        ex._terminate()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

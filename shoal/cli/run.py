@@ -1,0 +1,225 @@
+"""`shoal run TASKFILE`: one shell command per line, run in parallel on shoal.
+
+Lines run with ``/bin/sh -c`` (as GNU parallel and HyperQueue do); blank lines and ``#``
+comments are skipped; a line ending in a backslash continues on the next. A line that
+cannot be a shell command (unbalanced quotes, NUL bytes, undecodable bytes) is reported
+with its line number and does not stop the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Line:
+    number: int     # first line of the command in the file (1-based)
+    text: str
+
+
+@dataclass
+class BadLine:
+    number: int
+    error: str
+
+
+def parse_taskfile(data: bytes, source: str = "-") -> Iterator[Line | BadLine]:
+    """Commands of a task file, in order, with their line numbers."""
+    pending: list[str] = []
+    start = 0
+    for number, raw in enumerate(data.split(b"\n"), 1):
+        raw = raw.rstrip(b"\r")
+        try:
+            text = raw.decode()
+        except UnicodeDecodeError as exc:
+            yield BadLine(number, f"{source}:{number}: not valid UTF-8 ({exc.reason} at byte {exc.start})")
+            pending = []
+            continue
+        if not pending:
+            start = number
+            stripped = text.strip()
+            if not stripped or stripped.startswith("#"):
+                continue
+        if text.endswith("\\") and not text.endswith("\\\\"):
+            pending.append(text[:-1])
+            continue
+        pending.append(text)
+        command = "".join(pending)  # backslash-newline joins, as in sh
+        pending = []
+        if "\x00" in command:
+            yield BadLine(start, f"{source}:{start}: contains a NUL byte")
+            continue
+        try:
+            shlex.split(command, comments=True)
+        except ValueError as exc:
+            yield BadLine(start, f"{source}:{start}: cannot parse: {exc}")
+            continue
+        yield Line(start, command.strip())
+    if pending:
+        yield BadLine(start, f"{source}:{start}: file ends inside a line continuation")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("run", help="run one shell command per line of a task file",
+                       description=__doc__)
+    p.add_argument("taskfile", help="file of commands, one per line ('-' for stdin)")
+    p.add_argument("-j", "--slots", type=int, default=None,
+                   help="cores to use on the local agent (default: all cores)")
+    p.add_argument("--cores-per-task", type=int, default=1, metavar="N",
+                   help="cores each command occupies (default 1)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--output-dir", metavar="DIR",
+                     help="write each command's stdout/stderr to DIR/LINE.out and DIR/LINE.err")
+    out.add_argument("--stream", action="store_true",
+                     help="let commands write straight to this terminal (interleaved)")
+    out.add_argument("--discard-output", action="store_true", help="discard command output")
+    p.add_argument("--connect", metavar="FILE", help="run on a running head (shoal head)")
+    p.add_argument("--progress", dest="progress", action="store_true", default=None,
+                   help="show the live progress bar even when stderr is not a terminal")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument("--no-summary", action="store_true", help="no summary table at the end")
+    p.set_defaults(func=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    err = Console(stderr=True, highlight=False)
+    try:
+        data = sys.stdin.buffer.read() if args.taskfile == "-" else open(args.taskfile, "rb").read()
+    except OSError as exc:
+        err.print(f"shoal run: cannot read task file {args.taskfile!r}: {exc.strerror}")
+        return 2
+    if args.cores_per_task < 1:
+        err.print("shoal run: --cores-per-task must be at least 1")
+        return 2
+    if args.slots is not None and args.slots < 1:
+        err.print("shoal run: -j/--slots must be at least 1")
+        return 2
+    if args.slots is not None and args.cores_per_task > args.slots:
+        err.print(f"shoal run: --cores-per-task {args.cores_per_task} exceeds -j {args.slots}")
+        return 2
+    items = list(parse_taskfile(data, args.taskfile))
+    bad = [i for i in items if isinstance(i, BadLine)]
+    lines = [i for i in items if isinstance(i, Line)]
+    for b in bad:
+        err.print(f"shoal run: {b.error}", markup=False)
+    if args.output_dir:
+        os.makedirs(args.output_dir, exist_ok=True)
+    return _execute(args, lines, bad, err)
+
+
+def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine], err: Any) -> int:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from shoal import Command, Executor, as_completed
+
+    show_progress = sys.stderr.isatty() if args.progress is None else args.progress
+    if args.connect:
+        ex = Executor(connect=args.connect)
+    else:
+        ex = Executor(workers=0, slots=args.slots or os.cpu_count() or 1)
+    slots = max(1, ex.slots)
+    t0 = time.monotonic()
+    failed: list[tuple[Line, str]] = []
+    ok = 0
+    by_future: dict[Any, Line] = {}
+    try:
+        for line in lines:
+            if args.output_dir:
+                base = os.path.join(args.output_dir, str(line.number))
+                stdout, stderr = base + ".out", base + ".err"
+            elif args.stream:
+                stdout = stderr = "inherit"
+            elif args.discard_output:
+                stdout = stderr = "devnull"
+            else:
+                stdout = stderr = "capture"
+            cmd = Command(line.text, stdout=stdout, stderr=stderr, cores=args.cores_per_task)
+            by_future[ex.submit(cmd)] = line
+        progress = Progress(
+            TextColumn("[bold]shoal run"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("running {task.fields[running]}  failed {task.fields[failed]}"),
+            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+            console=err, transient=False, disable=not show_progress, refresh_per_second=8,
+        )
+        with progress:
+            bar = progress.add_task("tasks", total=len(lines), running=0, failed=0)
+            done = 0
+            for fut in as_completed(by_future):
+                line = by_future.pop(fut)
+                done += 1
+                try:
+                    res = fut.result()
+                except Exception as exc:  # noqa: BLE001 - a task's failure is reported, not fatal
+                    failed.append((line, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+                else:
+                    if res.stdout:
+                        _write(sys.stdout.buffer, res.stdout)
+                    if res.stderr:
+                        _write(sys.stderr.buffer, res.stderr)
+                    if res.returncode == 0:
+                        ok += 1
+                    else:
+                        failed.append((line, f"exit status {res.returncode}"))
+                progress.update(bar, completed=done, running=min(slots, len(by_future)),
+                                failed=len(failed))
+    except KeyboardInterrupt:
+        err.print("shoal run: interrupted; stopping all tasks")
+        ex.shutdown(wait=False, cancel_futures=True)
+        ex._terminate()
+        return 130
+    finally:
+        ex.shutdown(wait=False, cancel_futures=True)
+        ex._terminate()
+    wall = time.monotonic() - t0
+    if not args.no_summary:
+        _summary(err, len(lines), ok, failed, bad, wall)
+    return 1 if failed or bad else 0
+
+
+def _write(stream: Any, data: bytes) -> None:
+    stream.write(data)
+    stream.flush()
+
+
+def _summary(err: Any, total: int, ok: int, failed: list[tuple[Line, str]],
+             bad: list[BadLine], wall: float) -> None:
+    from rich.table import Table
+
+    table = Table(title="shoal run summary", show_header=True, header_style="bold")
+    table.add_column("tasks", justify="right")
+    table.add_column("succeeded", justify="right")
+    table.add_column("failed", justify="right")
+    table.add_column("invalid lines", justify="right")
+    table.add_column("wall time", justify="right")
+    table.add_column("tasks/s", justify="right")
+    rate = total / wall if wall > 0 else 0.0
+    table.add_row(str(total), str(ok), str(len(failed)), str(len(bad)), f"{wall:.2f} s", f"{rate:,.0f}")
+    err.print(table)
+    if failed:
+        shown = sorted(failed, key=lambda f: f[0].number)[:20]
+        ft = Table(title="failed tasks", show_header=True, header_style="bold")
+        ft.add_column("line", justify="right")
+        ft.add_column("command")
+        ft.add_column("error")
+        for line, why in shown:
+            text = line.text if len(line.text) <= 60 else line.text[:57] + "..."
+            ft.add_row(str(line.number), text, why)
+        err.print(ft)
+        if len(failed) > len(shown):
+            err.print(f"... and {len(failed) - len(shown)} more failed tasks")

@@ -1,0 +1,89 @@
+"""SCOOP-compatible module API: ``from shoal import futures; futures.map(f, xs)``.
+
+Inside a task these submit sub-tasks from the worker (a task waiting on them yields its
+worker). In a program started with ``python -m shoal prog.py`` they use the runtime the
+launcher started; elsewhere the first call starts the embedded local default.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures as cf
+import functools
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from shoal.client.waiting import (
+    ALL_COMPLETED,
+    FIRST_COMPLETED,
+    FIRST_EXCEPTION,
+    as_completed,
+    wait,
+)
+
+__all__ = [
+    "ALL_COMPLETED", "FIRST_COMPLETED", "FIRST_EXCEPTION", "as_completed", "map",
+    "map_as_completed", "map_reduce", "shutdown", "submit", "wait",
+]
+
+_default: Any = None
+_default_lock = threading.Lock()
+
+
+def set_executor(ex: Any) -> None:
+    """Make ``ex`` the executor these functions use in this process (the launcher does)."""
+    global _default
+    _default = ex
+
+
+def _executor() -> Any:
+    from shoal.agent.worker import current
+
+    wc = current()
+    if wc is not None:
+        return wc
+    global _default
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                from shoal.client.executor import Executor
+
+                _default = Executor()
+                atexit.register(_default.shutdown)
+    return _default
+
+
+def submit(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future:
+    """Run ``fn(*args, **kwargs)`` as a task; returns a future."""
+    return _executor().submit(fn, *args, **kwargs)
+
+
+def map(fn: Callable[..., Any], *iterables: Iterable[Any], timeout: float | None = None,  # noqa: A001
+        chunksize: int | None = None) -> Iterator[Any]:
+    """Ordered results of ``fn`` over the iterables, computed in parallel."""
+    ex = _executor()
+    if chunksize is None:
+        return ex.map(fn, *iterables, timeout=timeout)
+    return ex.map(fn, *iterables, timeout=timeout, chunksize=chunksize)
+
+
+def map_as_completed(fn: Callable[..., Any], *iterables: Iterable[Any]) -> Iterator[Any]:
+    """Results of ``fn`` over the iterables in the order they finish."""
+    futs = [submit(fn, *args) for args in zip(*iterables)]
+    for f in as_completed(futs):
+        yield f.result()
+
+
+def map_reduce(fn: Callable[..., Any], reduction: Callable[[Any, Any], Any],
+               *iterables: Iterable[Any]) -> Any:
+    """``functools.reduce(reduction, map(fn, *iterables))``, mapped in parallel."""
+    return functools.reduce(reduction, map(fn, *iterables))
+
+
+def shutdown(wait: bool = True) -> None:  # noqa: A002 - mirrors Executor.shutdown
+    """Stop the runtime these functions started (a no-op inside tasks)."""
+    global _default
+    ex, _default = _default, None
+    if ex is not None:
+        ex.shutdown(wait=wait)

@@ -1,0 +1,1994 @@
+"""Static interpreter: walks the tree-sitter-bash tree the way bash would run the script.
+
+Variables, loops, conditions, functions and expansions are evaluated here, at compile time,
+against a simulated file system (:class:`~shoal.script.simfs.SimFS`). What only the running
+programs can decide (their output, their exit status) is never guessed: a construct that needs it
+raises :class:`~shoal.script.errors.Unsupported` naming the line. Every command that runs a
+program becomes a :class:`~shoal.script.model.Step` with the files it reads and writes.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import shlex
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from .errors import ScriptError, Unsupported
+from .model import DEL, IN, INOUT, OUT, FileUse, Redirect, Stage, Step
+from .parser import Node, parse, parse_fragment
+from .semantics import Semantics
+from .simfs import SimFS, has_glob
+
+MAX_LOOP = 1_000_000  # iterations of one while loop before we call it infinite
+
+# Programs whose output a command substitution may compute at compile time: they only read their
+# arguments, stdin and unmodified input files, and write only stdout.
+PURE_FILTERS = frozenset({
+    "sed", "tr", "cut", "sort", "uniq", "head", "tail", "wc", "grep", "egrep", "fgrep", "awk",
+    "gawk", "mawk", "paste", "rev", "tac", "fold", "nl", "printf", "seq", "md5sum", "date",
+    "sha256sum", "column", "fmt", "expand", "ncdump", "ncks",
+})
+# Programs that always succeed (so `mkdir -p d && cd d` can be decided statically).
+ALWAYS_OK = frozenset({"echo", "printf", ":", "true"})
+STATIC_BUILTINS = frozenset({
+    "cd", "export", "unset", "local", "readonly", "declare", "typeset", "set", "shift", "exit",
+    "return", "break", "continue", "true", "false", ":", "test", "[", "[[", "let", "source", ".",
+    "read", "pushd", "popd", "shopt", "trap", "umask", "alias", "wait", "eval", "exec",
+})
+CAPTURE_HELPERS = frozenset({"echo", "printf", "basename", "dirname", "seq", "expr", "pwd"})
+_BUILTIN_METHOD = {"[": "lbrack", ".": "dot", ":": "colon", "[[": "lbrack"}
+_SKIP = frozenset({"comment", ";", ";;", "&", "\n", "{", "}", "do", "done", "then", "fi", "else",
+                   "(", ")", "in", "esac", "heredoc_body"})
+_WORDLIKE = frozenset({
+    "word", "string", "raw_string", "ansi_c_string", "translated_string", "simple_expansion",
+    "expansion", "concatenation", "number", "command_substitution", "arithmetic_expansion",
+    "test_operator", "regex", "extglob_pattern", "brace_expression",
+})
+_BRACE = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
+
+
+class _Break(Exception):
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+class _Continue(_Break):
+    pass
+
+
+class _Return(Exception):
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+
+class _Exit(Exception):
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+
+@dataclass
+class Result:
+    """What interpretation produced."""
+
+    steps: list[Step]
+    unknown: dict[str, list[int]] = field(default_factory=dict)  # program -> lines
+    warnings: list[str] = field(default_factory=list)
+    exit_status: int | None = None  # set when the script calls `exit` statically
+    fs: SimFS | None = None
+
+
+def _line(node: Node) -> int:
+    return node.start_point[0] + 1
+
+
+def _text(node: Node) -> str:
+    return node.text.decode(errors="surrogateescape")
+
+
+def _named(node: Node) -> list[Node]:
+    return [c for c in node.children if c.is_named and c.type != "comment"]
+
+
+def _escape_glob(text: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def _unescape_word(text: str) -> list[tuple[str, bool]]:
+    """Split an unquoted word into (text, quoted) pieces; a backslash quotes the next char."""
+    if "\\" not in text:
+        return [(text, False)]
+    out: list[tuple[str, bool]] = []
+    i = 0
+    buf = ""
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            if text[i + 1] == "\n":  # line continuation
+                i += 2
+                continue
+            if buf:
+                out.append((buf, False))
+                buf = ""
+            out.append((text[i + 1], True))
+            i += 2
+            continue
+        buf += c
+        i += 1
+    if buf:
+        out.append((buf, False))
+    return out
+
+
+def _dq_unescape(text: str) -> str:
+    # inside double quotes a backslash only escapes $ ` " \ and newline
+    return re.sub(r'\\([$`"\\\n])', lambda m: "" if m.group(1) == "\n" else m.group(1), text)
+
+
+def _ansi_c(text: str) -> str:
+    try:
+        return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    except UnicodeDecodeError:
+        return text
+
+
+def brace_expand(text: str) -> list[str]:
+    """Bash brace expansion of one raw word (``a{b,c}d``, ``x{1..3}``); quotes are respected."""
+    depth_q = None
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if depth_q:
+            if c == depth_q:
+                depth_q = None
+            elif c == "\\" and depth_q == '"':
+                i += 1
+        elif c in "'\"":
+            depth_q = c
+        elif c == "\\":
+            i += 1
+        elif c == "{" and (i == 0 or text[i - 1] != "$"):
+            depth = 0
+            j = i
+            parts: list[str] = []
+            start = i + 1
+            while j < len(text):
+                if text[j] == "{":
+                    depth += 1
+                elif text[j] == "}":
+                    depth -= 1
+                    if depth == 0:
+                        break
+                elif text[j] == "," and depth == 1:
+                    parts.append(text[start:j])
+                    start = j + 1
+                j += 1
+            if j >= len(text):
+                return [text]
+            pre, body, post = text[:i], text[i + 1:j], text[j + 1:]
+            if parts:
+                parts.append(text[start:j])
+                alts = parts
+            else:
+                m = re.fullmatch(r"(-?\d+|[A-Za-z])\.\.(-?\d+|[A-Za-z])(?:\.\.(-?\d+))?", body)
+                if not m:
+                    return [pre + "{" + body + "}" + s for s in brace_expand(post)]
+                a, b, step = m.group(1), m.group(2), abs(int(m.group(3) or 1)) or 1
+                if a.lstrip("-").isdigit() and b.lstrip("-").isdigit():
+                    lo, hi = int(a), int(b)
+                    rng = range(lo, hi + 1, step) if lo <= hi else range(lo, hi - 1, -step)
+                    width = max(len(a), len(b)) if (a.startswith("0") or b.startswith("0")) else 0
+                    alts = [str(v).zfill(width) for v in rng]
+                else:
+                    lo, hi = ord(a), ord(b)
+                    rng = range(lo, hi + 1, step) if lo <= hi else range(lo, hi - 1, -step)
+                    alts = [chr(v) for v in rng]
+            out: list[str] = []
+            for alt in alts:
+                for tail in brace_expand(post):
+                    out.extend(brace_expand(pre + alt + tail))
+            return out
+        i += 1
+    return [text]
+
+
+class _Fields:
+    """Builds the fields of one word during expansion (word splitting happens here)."""
+
+    def __init__(self) -> None:
+        self.fields: list[list[tuple[str, bool]]] = []
+        self.cur: list[tuple[str, bool]] | None = None
+
+    def lit(self, text: str, quoted: bool) -> None:
+        if self.cur is None:
+            self.cur = []
+            self.fields.append(self.cur)
+        self.cur.append((text, quoted))
+
+    def split(self, text: str, ifs: str) -> None:
+        if ifs == "":
+            if text:
+                self.lit(text, False)
+            return
+        ws = "".join(c for c in ifs if c in " \t\n")
+        pat = "[" + re.escape(ws) + "]+" if ws else None
+        pieces = re.split(pat, text) if pat else [text]
+        for k, piece in enumerate(pieces):
+            if k:
+                self.cur = None
+            if piece:
+                self.lit(piece, False)
+
+    def brk(self) -> None:
+        self.cur = None
+
+
+class Interpreter:
+    """Runs a script statically; see the module docstring."""
+
+    def __init__(self, semantics: Semantics, cwd: str, workdir: str, script: str = "script",
+                 args: list[str] | None = None, strict: bool = False,
+                 environ: dict[str, str] | None = None) -> None:
+        self.sem = semantics
+        self.cwd = os.path.abspath(cwd)
+        self.workdir = os.path.abspath(workdir)
+        self.script = script
+        self.strict = strict
+        self.environ = dict(os.environ if environ is None else environ)
+        self.vars: dict[str, str] = dict(self.environ)
+        self.exported: set[str] = set(self.environ)
+        self.positional: list[str] = list(args or [])
+        self.functions: dict[str, Node] = {}
+        self.locals: list[dict[str, str | None]] = []
+        self.fs = SimFS()
+        self.steps: list[Step] = []
+        self.result = Result(self.steps, fs=self.fs)
+        self.last_status: int | None = 0
+        self.line = 0
+        self.set_e = False
+        self._capture: list[list[str]] = []
+        self._stdin: list[list[str]] = []
+        self._control: list[set[int]] = []   # steps the next steps depend on (`a && b`)
+        self._guard: int | None = None       # line of a run-time condition we are under
+        self._dirstack: list[str] = []
+
+    # ------------------------------------------------------------------ entry points
+    def run_source(self, source: bytes) -> Result:
+        """Interpret a whole script."""
+        root = parse(source, self.script)
+        try:
+            self.exec_node(root)
+        except _Exit as e:
+            self.result.exit_status = e.status
+        except (_Break, _Return):
+            pass
+        except ScriptError as e:
+            e.script = self.script
+            if e.line is None:
+                e.line = self.line
+            raise
+        except RecursionError:
+            raise Unsupported("recursion too deep (a function calling itself forever?)",
+                              self.line, self.script)
+        return self.result
+
+    def error(self, message: str, cls: type[ScriptError] = ScriptError) -> ScriptError:
+        return cls(message, self.line, self.script)
+
+    # ------------------------------------------------------------------ statements
+    def exec_node(self, node: Node) -> int | None:
+        """Execute a statement node; return its exit status, or None if only known at run time."""
+        t = node.type
+        if t in ("program", "compound_statement", "do_group", "else_clause"):
+            if t == "compound_statement" and node.children and node.children[0].type == "((":
+                self.line = _line(node)
+                return self._arith_command(node)
+            status: int | None = 0
+            for child in node.children:
+                if child.is_named and child.type not in _SKIP:
+                    status = self.exec_node(child)
+            return status
+        self.line = _line(node)
+        handler = getattr(self, "_x_" + t, None)
+        if handler is None:
+            raise self.error(f"unsupported shell construct '{t}'", Unsupported)
+        status = handler(node)
+        self.last_status = status
+        if status not in (None, 0) and self.set_e and not self._capture:
+            raise _Exit(status)
+        return status
+
+    def _x_comment(self, node: Node) -> int | None:
+        return self.last_status
+
+    def _x_variable_assignment(self, node: Node) -> int:
+        self._assign_node(node)
+        return 0
+
+    def _x_variable_assignments(self, node: Node) -> int:
+        for c in _named(node):
+            self._assign_node(c)
+        return 0
+
+    def _assign_node(self, node: Node, local: bool = False) -> None:
+        name_node = node.child_by_field_name("name")
+        value = node.child_by_field_name("value")
+        if name_node is None or name_node.type == "subscript":
+            raise self.error("arrays are not supported", Unsupported)
+        if value is not None and value.type == "array":
+            raise self.error("arrays are not supported", Unsupported)
+        name = _text(name_node)
+        text = self.expand_str(value) if value is not None else ""
+        if any(c.type == "+=" for c in node.children):
+            text = self.vars.get(name, "") + text
+        self.set_var(name, text, local)
+
+    def set_var(self, name: str, value: str, local: bool = False) -> None:
+        self._check_guard(f"assignment to {name}")
+        if local and self.locals:
+            self.locals[-1].setdefault(name, self.vars.get(name))
+        self.vars[name] = value
+
+    def _check_guard(self, what: str) -> None:
+        if self._guard is not None:
+            raise self.error(f"{what} runs only if the command on line {self._guard} succeeds, "
+                             "which is known only when the script runs", Unsupported)
+
+    def _x_declaration_command(self, node: Node) -> int:
+        kind = _text(node.children[0])
+        export = kind == "export"
+        for c in node.children[1:]:
+            if c.type == "variable_assignment":
+                self._assign_node(c, local=kind in ("local", "declare", "typeset"))
+                name = _text(c.child_by_field_name("name"))  # type: ignore[arg-type]
+            elif c.type in ("variable_name", "word"):
+                name = self.expand_str(c)
+                if name.startswith("-"):
+                    if "x" in name:
+                        export = True
+                    continue
+                if kind == "local":
+                    self.set_var(name, self.vars.get(name, ""), local=True)
+            else:
+                continue
+            if export:
+                self._check_guard("export")
+                self.exported.add(name)
+        return 0
+
+    def _x_unset_command(self, node: Node) -> int:
+        self._check_guard("unset")
+        for c in node.children[1:]:
+            name = self.expand_str(c)
+            if name.startswith("-"):
+                continue
+            self.vars.pop(name, None)
+            self.functions.pop(name, None)
+        return 0
+
+    def _x_function_definition(self, node: Node) -> int:
+        self._check_guard("function definition")
+        name = node.child_by_field_name("name")
+        body = node.child_by_field_name("body")
+        assert name is not None and body is not None
+        self.functions[_text(name)] = body
+        return 0
+
+    def _x_negated_command(self, node: Node) -> int | None:
+        inner = _named(node)[0]
+        if self._dynamic(inner):
+            return self._emit_list([("", inner)], negate_first=True)
+        status = self.exec_node(inner)
+        return None if status is None else int(status == 0)
+
+    def _x_if_statement(self, node: Node) -> int | None:
+        # if COND; then BODY; [elif COND; then BODY;]* [else BODY;] fi
+        branches: list[tuple[list[Node], list[Node]]] = []
+        cond: list[Node] = []
+        body: list[Node] = []
+        in_body = False
+        other: Node | None = None
+        for c in node.children:
+            if c.type in ("if", "fi", ";", "comment", "\n"):
+                continue
+            if c.type == "then":
+                in_body = True
+                continue
+            if c.type == "elif_clause":
+                branches.append((cond, body))
+                cond, body, in_body = [], [], False
+                for e in c.children:
+                    if e.type in ("elif", ";", "comment"):
+                        continue
+                    if e.type == "then":
+                        in_body = True
+                        continue
+                    (body if in_body else cond).append(e)
+                continue
+            if c.type == "else_clause":
+                other = c
+                continue
+            (body if in_body else cond).append(c)
+        branches.append((cond, body))
+        for cond_nodes, body_nodes in branches:
+            status = self._condition(cond_nodes)
+            if status == 0:
+                return self._exec_seq(body_nodes)
+        if other is not None:
+            return self.exec_node(other)
+        return 0
+
+    def _condition(self, nodes: list[Node]) -> int:
+        status: int | None = 0
+        for n in nodes:
+            if n.is_named:
+                status = self.exec_node(n)
+        if status is None:
+            raise self.error("condition depends on a program's exit status, which is known "
+                             "only when the script runs", Unsupported)
+        return status
+
+    def _exec_seq(self, nodes: list[Node]) -> int | None:
+        status: int | None = 0
+        for n in nodes:
+            if n.is_named and n.type not in _SKIP:
+                status = self.exec_node(n)
+        return status
+
+    def _loop_body(self, body: Node) -> bool:
+        """Run one iteration; False means `break`."""
+        try:
+            self.exec_node(body)
+        except _Continue as e:
+            if e.n > 1:
+                raise _Continue(e.n - 1)
+        except _Break as e:
+            if e.n > 1:
+                raise _Break(e.n - 1)
+            return False
+        return True
+
+    def _x_for_statement(self, node: Node) -> int | None:
+        var = node.child_by_field_name("variable")
+        body = node.child_by_field_name("body")
+        assert var is not None and body is not None
+        values = [c for i, c in enumerate(node.children)
+                  if node.field_name_for_child(i) == "value"]
+        has_in = any(c.type == "in" for c in node.children)
+        words = self.expand_words(values) if has_in else list(self.positional)
+        name = _text(var)
+        for w in words:
+            self.set_var(name, w)
+            if not self._loop_body(body):
+                break
+        return 0
+
+    def _x_c_style_for_statement(self, node: Node) -> int | None:
+        body = node.child_by_field_name("body")
+        assert body is not None
+        parts: list[list[Node]] = [[]]
+        for c in node.children[2:]:  # after 'for' '(('
+            if c.type in (";", "))"):
+                parts.append([])
+                if c.type == "))":
+                    break
+                continue
+            if c.type == ",":
+                continue
+            parts[-1].append(c)
+        init, cond, upd = (parts + [[], [], []])[:3]
+        for n in init:
+            self.arith(n)
+        for _ in range(MAX_LOOP):
+            if cond and all(self.arith(n) == 0 for n in cond[-1:]):
+                return 0
+            if not self._loop_body(body):
+                return 0
+            for n in upd:
+                self.arith(n)
+        raise self.error("loop does not end after a million iterations", Unsupported)
+
+    def _x_while_statement(self, node: Node) -> int | None:
+        until = node.children[0].type == "until"
+        conds = [c for i, c in enumerate(node.children)
+                 if node.field_name_for_child(i) == "condition"]
+        body = node.child_by_field_name("body")
+        assert body is not None
+        for _ in range(MAX_LOOP):
+            status = self._condition(conds)
+            if (status == 0) == until:
+                return 0
+            if not self._loop_body(body):
+                return 0
+        raise self.error("loop does not end after a million iterations", Unsupported)
+
+    def _x_case_statement(self, node: Node) -> int | None:
+        value_node = node.child_by_field_name("value")
+        assert value_node is not None
+        value = self.expand_str(value_node)
+        items = [c for c in node.children if c.type == "case_item"]
+        matched = False
+        for item in items:
+            if not matched:
+                pats = [c for i, c in enumerate(item.children)
+                        if item.field_name_for_child(i) == "value"]
+                matched = any(self._match_pattern(value, p) for p in pats)
+            if matched:
+                term = item.child_by_field_name("termination")
+                fall = item.child_by_field_name("fallthrough")
+                body = [c for i, c in enumerate(item.children)
+                        if item.field_name_for_child(i) is None and c.is_named]
+                status = self._exec_seq(body)
+                if fall is not None and _text(fall) == ";&":
+                    continue
+                if fall is not None and _text(fall) == ";;&":
+                    matched = False
+                    continue
+                del term
+                return status
+        return 0
+
+    def _match_pattern(self, value: str, pat: Node) -> bool:
+        f = _Fields()
+        self._expand_into(pat, f, quoted=False)
+        pattern = "".join(_escape_glob(t) if q else t for fl in f.fields for t, q in fl)
+        return fnmatch.fnmatchcase(value, pattern)
+
+    def _x_subshell(self, node: Node) -> int | None:
+        with self._saved_state():
+            try:
+                return self._exec_seq(node.children)
+            except _Exit as e:
+                return e.status
+
+    @contextmanager
+    def _saved_state(self) -> Iterator[None]:
+        saved = (dict(self.vars), set(self.exported), list(self.positional), self.cwd,
+                 dict(self.functions))
+        try:
+            yield
+        finally:
+            self.vars, self.exported, self.positional, self.cwd, self.functions = saved
+
+    def _x_test_command(self, node: Node) -> int:
+        double = node.children[0].type == "[["
+        words: list[tuple[str, bool]] = []
+        for c in node.children[1:-1]:
+            self._flatten_test(c, words, double)
+        return 0 if self._test([w for w, _ in words], [p for _, p in words], double) else 1
+
+    def _flatten_test(self, node: Node, out: list[tuple[str, bool]], double: bool) -> None:
+        if node.type in _WORDLIKE:
+            pattern = double and node.type in ("word", "extglob_pattern", "concatenation", "regex")
+            out.append((self.expand_str(node), pattern))
+        elif node.is_named and node.type in ("binary_expression", "unary_expression",
+                                             "parenthesized_expression", "negated_expression"):
+            for c in node.children:
+                self._flatten_test(c, out, double)
+        elif not node.is_named:
+            tok = _text(node)
+            out.append(({"&&": "-a", "||": "-o"}.get(tok, tok) if double else tok, False))
+        else:
+            out.append((self.expand_str(node), False))
+
+    def _x_redirected_statement(self, node: Node) -> int | None:
+        body = node.child_by_field_name("body")
+        redirects = [c for i, c in enumerate(node.children)
+                     if node.field_name_for_child(i) == "redirect"]
+        if body is None:  # bare `> file` truncates
+            return self._emit_list([("", node)])
+        if body.type in ("command", "pipeline", "negated_command", "list"):
+            return self._emit_list(self._flatten_list(node))
+        if body.type in ("while_statement", "for_statement", "compound_statement"):
+            lines = self._static_input(redirects)
+            if lines is not None:
+                self._stdin.append(lines)
+                try:
+                    return self.exec_node(body)
+                finally:
+                    self._stdin.pop()
+        raise self.error(f"redirection of a whole '{body.type.replace('_', ' ')}' is not "
+                         "supported (redirect each command inside it)", Unsupported)
+
+    def _static_input(self, redirects: list[Node]) -> list[str] | None:
+        if len(redirects) != 1:
+            return None
+        r = redirects[0]
+        if r.type == "herestring_redirect":
+            return (self.expand_str(_named(r)[-1]) + "\n").splitlines()
+        if r.type == "file_redirect" and any(c.type == "<" for c in r.children):
+            dest = r.child_by_field_name("destination")
+            assert dest is not None
+            return self._read_static_file(self.expand_str(dest)).splitlines()
+        return None
+
+    def _read_static_file(self, name: str) -> str:
+        path = os.path.normpath(os.path.join(self.cwd, name))
+        if path in self.fs.written:
+            raise self.error(f"reads '{name}' at compile time, but line {self.fs.written[path]} "
+                             "writes it when the script runs", Unsupported)
+        if not self.fs.isfile(path):
+            raise self.error(f"'{name}' does not exist")
+        try:
+            with open(path, encoding="utf-8", errors="surrogateescape") as f:
+                return f.read()
+        except OSError as exc:
+            raise self.error(f"cannot read '{name}': {exc.strerror}")
+
+    def _x_pipeline(self, node: Node) -> int | None:
+        parts = _named(node)
+        last = parts[-1]
+        if last.type in ("while_statement", "for_statement", "compound_statement"):
+            text = self._capture_nodes(parts[:-1], pipeline=True)
+            self._stdin.append(text.splitlines())
+            try:
+                return self.exec_node(last)
+            finally:
+                self._stdin.pop()
+        if self._capture:
+            return self._static_pipeline(parts)
+        return self._emit_list([("", node)])
+
+    def _x_list(self, node: Node) -> int | None:
+        items = self._flatten_list(node)
+        if any(op == "||" for op, _ in items) and self._dynamic(items[0][1]):
+            # `a || b` with `a` decided at run time: one step, run as written
+            return self._emit_list(items)
+        mark = len(self.steps)
+        status = self.exec_node(items[0][1])
+        for op, item in items[1:]:
+            if status is None:
+                if op == "||":
+                    raise self.error("'||' after a command whose exit status is known only at "
+                                     "run time, mixed with '&&'", Unsupported)
+                # `a && b`: b's steps depend on a's, and the runner skips them when a fails
+                deps = {s.id for s in self.steps[mark:]}
+                mark = len(self.steps)
+                self._control.append(deps)
+                saved_guard = self._guard
+                self._guard = self._guard or self.line
+                try:
+                    self.exec_node(item)
+                finally:
+                    self._guard = saved_guard
+                    self._control.pop()
+                status = None
+            elif (op == "&&" and status == 0) or (op == "||" and status != 0):
+                mark = len(self.steps)
+                status = self.exec_node(item)
+        return status
+
+    def _flatten_list(self, node: Node) -> list[tuple[str, Node]]:
+        if node.type != "list":
+            return [("", node)]
+        out: list[tuple[str, Node]] = []
+        op = ""
+        for c in node.children:
+            if c.type in ("&&", "||"):
+                op = c.type
+            elif c.is_named and c.type != "comment":
+                sub = self._flatten_list(c)
+                sub[0] = (op, sub[0][1])
+                out.extend(sub)
+        return out
+
+    def _dynamic(self, node: Node) -> bool:
+        """True when executing ``node`` runs a program whose status is known only at run time."""
+        if node.type == "negated_command":
+            return self._dynamic(_named(node)[0])
+        if node.type == "redirected_statement":
+            body = node.child_by_field_name("body")
+            return body is None or self._dynamic(body)
+        if node.type == "pipeline":
+            return True
+        if node.type == "command":
+            name = node.child_by_field_name("name")
+            if name is None:
+                return False
+            prog = _text(name)
+            return not (prog in STATIC_BUILTINS or prog in self.functions or prog in ALWAYS_OK)
+        return False
+
+    def _x_command(self, node: Node) -> int | None:
+        name_node = node.child_by_field_name("name")
+        assigns = [c for c in node.children if c.type == "variable_assignment"]
+        if name_node is None:
+            for a in assigns:
+                self._assign_node(a)
+            return 0
+        argv = self.expand_words([name_node] + [c for i, c in enumerate(node.children)
+                                                if node.field_name_for_child(i) == "argument"])
+        if not argv:
+            return 0
+        prog = argv[0]
+        if prog in self.functions:
+            return self._call(prog, argv[1:])
+        if prog in STATIC_BUILTINS or (self._capture and prog in CAPTURE_HELPERS):
+            method = getattr(self, "_b_" + _BUILTIN_METHOD.get(prog, prog), None)
+            if method is None:
+                raise self.error(f"builtin '{prog}' is not supported", Unsupported)
+            return method(argv[1:])
+        if self._capture:
+            return self._static_pipeline([node])
+        return self._emit_list([("", node)])
+
+    def _call(self, name: str, args: list[str]) -> int | None:
+        saved = self.positional
+        self.positional = args
+        self.locals.append({})
+        try:
+            return self.exec_node(self.functions[name])
+        except _Return as r:
+            return r.status
+        finally:
+            self.positional = saved
+            for k, v in self.locals.pop().items():
+                if v is None:
+                    self.vars.pop(k, None)
+                else:
+                    self.vars[k] = v
+
+    def _arith_command(self, node: Node) -> int:
+        exprs = [c for c in node.children if c.is_named]
+        value = 0
+        for e in exprs:
+            value = self.arith(e)
+        return 0 if value != 0 else 1
+
+    # ------------------------------------------------------------------ builtins (static)
+    def _out(self, text: str) -> None:
+        if not self._capture:
+            raise AssertionError("static output outside a substitution")
+        self._capture[-1].append(text)
+
+    def _b_cd(self, args: list[str]) -> int:
+        self._check_guard("cd")
+        target = args[0] if args else self.vars.get("HOME", "/")
+        if target == "-":
+            target = self.vars.get("OLDPWD", self.cwd)
+        path = os.path.normpath(os.path.join(self.cwd, target))
+        if not self.fs.isdir(path):
+            raise self.error(f"cd: '{target}' is not a directory at this point of the script")
+        self.vars["OLDPWD"] = self.cwd
+        self.cwd = path
+        self.vars["PWD"] = path
+        return 0
+
+    def _b_pushd(self, args: list[str]) -> int:
+        self._dirstack.append(self.cwd)
+        return self._b_cd(args)
+
+    def _b_popd(self, args: list[str]) -> int:
+        if not self._dirstack:
+            raise self.error("popd: directory stack empty")
+        self._check_guard("popd")
+        self.cwd = self._dirstack.pop()
+        return 0
+
+    def _b_export(self, args: list[str]) -> int:
+        self._check_guard("export")
+        for a in args:
+            if a.startswith("-"):
+                continue
+            name, eq, value = a.partition("=")
+            if eq:
+                self.vars[name] = value
+            self.exported.add(name)
+        return 0
+
+    def _b_set(self, args: list[str]) -> int:
+        self._check_guard("set")
+        i = 0
+        while i < len(args):
+            a = args[i]
+            if a == "--":
+                self.positional = args[i + 1:]
+                return 0
+            if a.startswith(("-", "+")) and len(a) > 1:
+                on = a[0] == "-"
+                if a[1:] == "o" and i + 1 < len(args):
+                    if args[i + 1] == "errexit":
+                        self.set_e = on
+                    i += 2
+                    continue
+                if "e" in a[1:]:
+                    self.set_e = on
+                i += 1
+                continue
+            self.positional = args[i:]
+            return 0
+        return 0
+
+    def _b_shift(self, args: list[str]) -> int:
+        self._check_guard("shift")
+        n = int(args[0]) if args else 1
+        if n > len(self.positional):
+            return 1
+        self.positional = self.positional[n:]
+        return 0
+
+    def _b_exit(self, args: list[str]) -> int:
+        self._check_guard("exit")
+        raise _Exit(int(args[0]) if args else (self.last_status or 0))
+
+    def _b_return(self, args: list[str]) -> int:
+        raise _Return(int(args[0]) if args else (self.last_status or 0))
+
+    def _b_break(self, args: list[str]) -> int:
+        raise _Break(int(args[0]) if args else 1)
+
+    def _b_continue(self, args: list[str]) -> int:
+        raise _Continue(int(args[0]) if args else 1)
+
+    def _b_true(self, args: list[str]) -> int:
+        return 0
+
+    _b_colon = _b_true
+
+    def _b_false(self, args: list[str]) -> int:
+        return 1
+
+    def _b_shopt(self, args: list[str]) -> int:
+        return 0
+
+    def _b_trap(self, args: list[str]) -> int:
+        if args and args[0] not in ("-", "") and len(args) > 1:
+            self.result.warnings.append(f"{self.script}:{self.line}: trap ignored")
+        return 0
+
+    _b_umask = _b_shopt
+    _b_wait = _b_shopt
+
+    def _b_local(self, args: list[str]) -> int:
+        for a in args:
+            name, eq, value = a.partition("=")
+            self.set_var(name, value if eq else self.vars.get(name, ""), local=True)
+        return 0
+
+    def _b_let(self, args: list[str]) -> int:
+        value = 0
+        for a in args:
+            value = self.arith_text(a)
+        return 0 if value != 0 else 1
+
+    def _b_test(self, args: list[str]) -> int:
+        return 0 if self._test(args, [False] * len(args), False) else 1
+
+    def _b_lbrack(self, args: list[str]) -> int:
+        if not args or args[-1] != "]":
+            raise self.error("[: missing ']'")
+        return self._b_test(args[:-1])
+
+    def _b_source(self, args: list[str]) -> int | None:
+        if not args:
+            raise self.error("source: file name needed")
+        text = self._read_static_file(args[0])
+        root = parse(text.encode(errors="surrogateescape"), args[0])
+        saved = self.positional
+        if len(args) > 1:
+            self.positional = args[1:]
+        try:
+            return self.exec_node(root)
+        except _Return as r:
+            return r.status
+        finally:
+            self.positional = saved
+
+    _b_dot = _b_source
+
+    def _b_read(self, args: list[str]) -> int:
+        if not self._stdin:
+            raise self.error("read from the script's input is known only when the script runs",
+                             Unsupported)
+        names = [a for a in args if not a.startswith("-")] or ["REPLY"]
+        lines = self._stdin[-1]
+        if not lines:
+            return 1
+        line = lines.pop(0)
+        if "-r" not in args:
+            line = re.sub(r"\\(.)", r"\1", line)
+        parts = line.split(None, len(names) - 1) if names != ["REPLY"] else [line]
+        for i, n in enumerate(names):
+            self.set_var(n, parts[i] if i < len(parts) else "")
+        return 0
+
+    def _b_eval(self, args: list[str]) -> int | None:
+        root = parse(" ".join(args).encode(), self.script)
+        return self.exec_node(root)
+
+    def _b_exec(self, args: list[str]) -> int:
+        if args:
+            raise self.error("exec of a program is not supported", Unsupported)
+        return 0
+
+    def _b_readonly(self, args: list[str]) -> int:
+        return self._b_export_like(args)
+
+    def _b_export_like(self, args: list[str]) -> int:
+        for a in args:
+            name, eq, value = a.partition("=")
+            if eq:
+                self.set_var(name, value)
+        return 0
+
+    _b_declare = _b_export_like
+    _b_typeset = _b_export_like
+
+    def _b_alias(self, args: list[str]) -> int:
+        raise self.error("alias is not supported", Unsupported)
+
+    # helpers whose output a command substitution needs (only called in capture mode)
+    def _b_echo(self, args: list[str]) -> int | None:
+        if not self._capture:
+            return None
+        newline, escapes = True, False
+        while args and re.fullmatch(r"-[neE]+", args[0]):
+            newline = newline and "n" not in args[0]
+            escapes = "e" in args[0]
+            args = args[1:]
+        text = " ".join(args)
+        if escapes:
+            text = _ansi_c(text)
+        self._out(text + ("\n" if newline else ""))
+        return 0
+
+    def _b_pwd(self, args: list[str]) -> int | None:
+        if not self._capture:
+            return None
+        self._out(self.cwd + "\n")
+        return 0
+
+    def _b_basename(self, args: list[str]) -> int | None:
+        if not self._capture:
+            return None
+        multi, suffix = False, None
+        while args and args[0].startswith("-") and len(args[0]) > 1:
+            if args[0] in ("-a", "--multiple"):
+                multi = True
+            elif args[0] == "-s":
+                suffix, multi, args = args[1], True, args[1:]
+            elif args[0].startswith("--suffix="):
+                suffix, multi = args[0].split("=", 1)[1], True
+            args = args[1:]
+        if not multi and len(args) == 2:
+            args, suffix = args[:1], args[1]
+        for a in args:
+            b = os.path.basename(a.rstrip("/")) or ("/" if a.startswith("/") else "")
+            if suffix and b.endswith(suffix) and b != suffix:
+                b = b[: -len(suffix)]
+            self._out(b + "\n")
+        return 0
+
+    def _b_dirname(self, args: list[str]) -> int | None:
+        if not self._capture:
+            return None
+        for a in args:
+            a = a.rstrip("/") or "/"
+            d = os.path.dirname(a).rstrip("/") if "/" in a else "."
+            self._out((d or "/") + "\n")
+        return 0
+
+    def _b_seq(self, args: list[str]) -> int | None:
+        if not self._capture:
+            return None
+        if all(re.fullmatch(r"-?\d+", a) for a in args) and 1 <= len(args) <= 3:
+            nums = [int(a) for a in args]
+            first, inc, last = (1, 1, nums[0]) if len(nums) == 1 else (
+                (nums[0], 1, nums[1]) if len(nums) == 2 else tuple(nums))
+            if inc == 0:
+                return 1
+            rng = range(first, last + (1 if inc > 0 else -1), inc)
+            self._out("".join(f"{v}\n" for v in rng))
+            return 0
+        return self._run_filter(["seq", *args], "")
+
+    def _b_printf(self, args: list[str]) -> int | None:
+        if not self._capture:
+            return None
+        if not args:
+            return 1
+        fmt, rest = args[0], args[1:]
+        if "%" not in fmt.replace("%%", "") or all(
+                re.fullmatch(r"%(-?0?\d*(\.\d+)?[sdif]|%)", m.group(0))
+                for m in re.finditer(r"%[-0-9.]*[a-zA-Z%]", fmt)):
+            specs = re.findall(r"%[-0-9.]*[sdif]", fmt)
+            out = []
+            while True:
+                vals = []
+                for k, spec in enumerate(specs):
+                    v = rest[k] if k < len(rest) else ""
+                    if spec[-1] in "di":
+                        vals.append(int(v or 0))
+                    elif spec[-1] == "f":
+                        vals.append(float(v or 0))
+                    else:
+                        vals.append(v)
+                out.append(_ansi_c(fmt.replace("%i", "%d")) % tuple(vals) if specs
+                           else _ansi_c(fmt).replace("%%", "%"))
+                rest = rest[len(specs):]
+                if not rest or not specs:
+                    break
+            self._out("".join(out))
+            return 0
+        return self._run_filter(["printf", *args], "")
+
+    def _b_expr(self, args: list[str]) -> int | None:
+        if not self._capture:
+            return None
+        value = _Expr(args).parse()
+        self._out(f"{value}\n")
+        return 0 if value not in ("", "0", 0) else 1
+
+    # ------------------------------------------------------------------ command substitution
+    def _capture_nodes(self, nodes: list[Node], pipeline: bool = False) -> str:
+        self._capture.append([])
+        stdin_depth = len(self._stdin)
+        try:
+            with self._saved_state():
+                if pipeline:
+                    status = self._static_pipeline(nodes)
+                else:
+                    status = self._exec_seq(nodes)
+                del status
+        except _Exit:
+            pass
+        finally:
+            del self._stdin[stdin_depth:]
+            out = "".join(self._capture.pop())
+        return out
+
+    def command_substitution(self, node: Node) -> str:
+        """The output of ``$(...)`` with trailing newlines removed, computed statically."""
+        body = [c for c in node.children if c.is_named]
+        if len(body) == 1 and body[0].type == "redirected_statement" and \
+                body[0].child_by_field_name("body") is None:
+            # $(< file)
+            r = _named(body[0])[0]
+            dest = r.child_by_field_name("destination")
+            assert dest is not None
+            return self._read_static_file(self.expand_str(dest)).rstrip("\n")
+        return self._capture_nodes(body).rstrip("\n")
+
+    def _static_pipeline(self, parts: list[Node]) -> int | None:
+        stdin = ""
+        status: int | None = 0
+        for part in parts:
+            self._capture.append([])
+            self._stdin.append(stdin.splitlines())
+            try:
+                status = self._static_stage(part, stdin)
+            finally:
+                self._stdin.pop()
+                stdin = "".join(self._capture.pop())
+        self._out(stdin)
+        return status
+
+    def _static_stage(self, node: Node, stdin: str) -> int | None:
+        if node.type != "command":
+            if node.type == "redirected_statement":
+                body = node.child_by_field_name("body")
+                for r in node.children[1:]:
+                    t = _text(r).replace(" ", "")
+                    if t not in ("2>/dev/null", "2>&1", ">/dev/null"):
+                        raise self.error("redirection inside a command substitution is not "
+                                         "supported", Unsupported)
+                if body is not None:
+                    return self._static_stage(body, stdin)
+            return self.exec_node(node)
+        name_node = node.child_by_field_name("name")
+        if name_node is None:
+            return self.exec_node(node)
+        argv = self.expand_words([name_node] + [c for i, c in enumerate(node.children)
+                                                if node.field_name_for_child(i) == "argument"])
+        prog = argv[0]
+        if prog in self.functions or prog in STATIC_BUILTINS or prog in CAPTURE_HELPERS:
+            return self.exec_node(node)
+        if prog == "ls":
+            return self._static_ls(argv[1:])
+        if prog == "cat" and len(argv) > 1:
+            for a in argv[1:]:
+                self._out(self._read_static_file(a))
+            return 0
+        if prog == "cat":
+            self._out(stdin)
+            return 0
+        if os.path.basename(prog) not in PURE_FILTERS:
+            raise self.error(f"command substitution runs '{prog}', whose output is known only "
+                             "when the script runs", Unsupported)
+        spec = self.sem.get(prog)
+        if spec is not None:
+            an = self.sem.analyze(spec, argv[1:], 0, self.cwd, self.fs)
+            for u in an.uses:
+                if u.role != IN:
+                    raise self.error(f"command substitution runs '{prog}', which writes "
+                                     "files", Unsupported)
+                if u.path in self.fs.written:
+                    raise self.error(f"command substitution reads '{u.path}', which line "
+                                     f"{self.fs.written[u.path]} writes when the script runs",
+                                     Unsupported)
+        return self._run_filter(argv, stdin)
+
+    def _run_filter(self, argv: list[str], stdin: str) -> int:
+        env = {k: self.vars[k] for k in self.exported if k in self.vars}
+        try:
+            p = subprocess.run(argv, input=stdin.encode(errors="surrogateescape"),
+                               capture_output=True, cwd=self.cwd, env=env, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise self.error(f"cannot run '{argv[0]}' at compile time: {exc}")
+        self._out(p.stdout.decode(errors="surrogateescape"))
+        return p.returncode
+
+    def _static_ls(self, args: list[str]) -> int:
+        names = [a for a in args if not a.startswith("-")]
+        flags = "".join(a[1:] for a in args if a.startswith("-"))
+        out: list[str] = []
+        status = 0
+        if not names:
+            names = ["."]
+        files = [n for n in names if not self.fs.isdir(os.path.join(self.cwd, n)) or "d" in flags]
+        dirs = [n for n in names if n not in files]
+        for n in files:
+            if not self.fs.exists(os.path.join(self.cwd, n)):
+                status = 2
+                continue
+            out.append(n)
+        out.sort()
+        for d in sorted(dirs):
+            entries = sorted(e for e in self.fs.listdir(os.path.join(self.cwd, d))
+                             if "a" in flags or not e.startswith("."))
+            if len(names) > 1:
+                out.append(f"{d}:")
+            out.extend(entries)
+        self._out("".join(f"{x}\n" for x in out))
+        return status
+
+    # ------------------------------------------------------------------ emitting steps
+    def _emit_list(self, items: list[tuple[str, Node]], negate_first: bool = False) -> int | None:
+        if self._capture:
+            raise self.error("command substitution runs a pipeline whose output is known only "
+                             "when the script runs", Unsupported)
+        stages: list[Stage] = []
+        groups: list[list[int]] = []
+        connectors: list[str] = []
+        negated: list[bool] = []
+        for k, (op, node) in enumerate(items):
+            neg = negate_first and k == 0
+            while node.type == "negated_command":
+                neg = not neg
+                node = _named(node)[0]
+            extra: list[Node] = []
+            if node.type == "redirected_statement":
+                extra = [c for i, c in enumerate(node.children)
+                         if node.field_name_for_child(i) == "redirect"]
+                body = node.child_by_field_name("body")
+                node = body if body is not None else node
+            if node.type == "pipeline":
+                cmds = _named(node)
+            elif node.type in ("command", "redirected_statement"):
+                cmds = [node]
+            else:
+                raise self.error(f"'{node.type.replace('_', ' ')}' inside '&&'/'||' after a "
+                                 "command known only at run time is not supported", Unsupported)
+            group: list[int] = []
+            for j, cmd in enumerate(cmds):
+                st = self._stage(cmd, extra if j == len(cmds) - 1 else [])
+                group.append(len(stages))
+                stages.append(st)
+            groups.append(group)
+            negated.append(neg)
+            if k:
+                connectors.append(op)
+        return self._emit(stages, groups, connectors, negated)
+
+    def _stage(self, cmd: Node, extra_redirects: list[Node]) -> Stage:
+        redirect_nodes = list(extra_redirects)
+        if cmd.type == "redirected_statement":
+            redirect_nodes = [c for i, c in enumerate(cmd.children)
+                              if cmd.field_name_for_child(i) == "redirect"] + redirect_nodes
+            body = cmd.child_by_field_name("body")
+            cmd = body if body is not None else cmd
+        if cmd.type != "command":
+            raise self.error(f"'{cmd.type.replace('_', ' ')}' in a pipeline is not supported",
+                             Unsupported)
+        assigns: dict[str, str] = {}
+        for c in cmd.children:
+            if c.type == "variable_assignment":
+                n = c.child_by_field_name("name")
+                v = c.child_by_field_name("value")
+                assert n is not None
+                assigns[_text(n)] = self.expand_str(v) if v is not None else ""
+        name = cmd.child_by_field_name("name")
+        argv = self.expand_words(([name] if name is not None else []) + [
+            c for i, c in enumerate(cmd.children) if cmd.field_name_for_child(i) == "argument"])
+        for i, c in enumerate(cmd.children):  # redirects written inside the command node
+            if cmd.field_name_for_child(i) == "redirect":
+                redirect_nodes.append(c)
+        if argv and argv[0] in self.functions:
+            raise self.error(f"function '{argv[0]}' used in a pipeline or with redirections",
+                             Unsupported)
+        st = Stage(argv, [], assigns)
+        for r in redirect_nodes:
+            self._redirect(r, st)
+        return st
+
+    def _redirect(self, r: Node, st: Stage) -> None:
+        if r.type == "heredoc_redirect":
+            body = next((c for c in r.children if c.type == "heredoc_body"), None)
+            start = next((c for c in r.children if c.type == "heredoc_start"), None)
+            quoted = start is not None and any(q in _text(start) for q in "'\"\\")
+            text = ""
+            if body is not None:
+                text = _text(body) if quoted else self._heredoc_text(body)
+            st.heredoc = text if text.endswith("\n") or not text else text + "\n"
+            for c in r.children:
+                if c.type == "file_redirect":
+                    self._redirect(c, st)
+            return
+        if r.type == "herestring_redirect":
+            st.heredoc = self.expand_str(_named(r)[-1]) + "\n"
+            return
+        fd = ""
+        op = ""
+        dest: Node | None = None
+        for i, c in enumerate(r.children):
+            f = r.field_name_for_child(i)
+            if c.type == "file_descriptor":
+                fd = _text(c)
+            elif f == "destination":
+                dest = c
+            elif not c.is_named:
+                op = _text(c)
+        if dest is None:
+            raise self.error("redirection without a target", Unsupported)
+        st.redirects.append(Redirect(fd, op, self.expand_str(dest)))
+
+    def _heredoc_text(self, body: Node) -> str:
+        out: list[str] = []
+        pos = body.start_byte
+        src = body.text or b""
+        base = body.start_byte
+        for c in body.children:
+            if c.type in ("simple_expansion", "expansion", "command_substitution",
+                          "arithmetic_expansion"):
+                out.append(src[pos - base:c.start_byte - base].decode(errors="surrogateescape"))
+                out.append(self.expand_str(c))
+                pos = c.end_byte
+        out.append(src[pos - base:].decode(errors="surrogateescape"))
+        return _dq_unescape("".join(out))
+
+    def _emit(self, stages: list[Stage], groups: list[list[int]], connectors: list[str],
+              negated: list[bool]) -> int | None:
+        line = self.line
+        step = Step(len(self.steps), line, stages, groups, connectors, negated, self.cwd,
+                    self._env_diff())
+        for d in self._control:
+            step.after |= d
+        compound = len(groups) > 1
+        always_ok = not compound and not any(negated)
+        for si, st in enumerate(stages):
+            if not st.argv:
+                continue
+            prog = st.argv[0]
+            step.programs.append(os.path.basename(prog))
+            spec = self.sem.get(prog)
+            if spec is None or prog in self.functions:
+                step.barrier = True
+                self.result.unknown.setdefault(os.path.basename(prog), []).append(line)
+                if self.strict:
+                    raise self.error(f"unknown program '{prog}': its files are not known "
+                                     "(add it with --commands FILE)")
+                always_ok = False
+                continue
+            an = self.sem.analyze(spec, st.argv[1:], si, self.cwd, self.fs)
+            if an.barrier_reason:
+                step.barrier = True
+                self.result.unknown.setdefault(an.barrier_reason, []).append(line)
+                if self.strict:
+                    raise self.error(f"{an.barrier_reason}: its files are not known")
+            step.uses.extend(an.uses)
+            step.mkdirs.extend(an.mkdirs)
+            base = os.path.basename(prog)
+            if not (base in ALWAYS_OK or (base == "mkdir" and any(
+                    a.startswith("-") and "p" in a for a in st.argv[1:])) or (
+                    base == "rm" and any(a.startswith("-") and "f" in a for a in st.argv[1:]))):
+                always_ok = False
+        for si, st in enumerate(stages):
+            for ri, r in enumerate(st.redirects):
+                if r.op in (">&", "<&") and (r.target.isdigit() or r.target == "-"):
+                    continue
+                path = os.path.normpath(os.path.join(self.cwd, r.target))
+                if r.target.startswith("/dev/"):
+                    continue
+                loc = (si, "r", ri)
+                if r.op in ("<",):
+                    step.uses.append(FileUse(path, IN, loc))
+                elif r.op in (">>", "&>>", "<>"):
+                    step.uses.append(FileUse(path, INOUT if self.fs.exists(path) else OUT, loc))
+                else:
+                    step.uses.append(FileUse(path, OUT, loc))
+        self._check_and_apply(step, compound)
+        self.steps.append(step)
+        return 0 if always_ok else None
+
+    def _env_diff(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for k in self.exported:
+            v = self.vars.get(k)
+            if v is not None and self.environ.get(k) != v and k not in ("PWD", "OLDPWD", "_"):
+                env[k] = v
+        return env
+
+    def _check_and_apply(self, step: Step, compound: bool) -> None:
+        for u in step.uses:
+            shown = os.path.relpath(u.path, self.cwd) if u.path.startswith(self.workdir) \
+                else u.path
+            if u.role in (IN, INOUT) and not compound:
+                if not self.fs.exists(u.path):
+                    raise self.error(f"{step.programs[0] if step.programs else 'command'} reads "
+                                     f"'{shown}', which does not exist at this point of the "
+                                     "script (no earlier command creates it)")
+                if u.path not in self.fs.written and self.fs.isfile(u.path) and \
+                        not os.access(u.path, os.R_OK):
+                    raise self.error(f"cannot read '{shown}': permission denied")
+            if u.role in (OUT, INOUT, DEL) and self.strict and not (
+                    u.path == self.workdir or u.path.startswith(self.workdir + os.sep)):
+                raise self.error(f"writes '{u.path}', outside the working tree {self.workdir} "
+                                 "(--strict)")
+        for d in step.mkdirs:
+            if self.strict and not d.startswith(self.workdir):
+                raise self.error(f"creates '{d}', outside the working tree (--strict)")
+            self.fs.mkdir(d)
+        for u in step.uses:
+            if u.role == DEL:
+                self.fs.remove(u.path)
+            elif u.role in (OUT, INOUT):
+                self.fs.add_file(u.path, step.line)
+
+    # ------------------------------------------------------------------ expansion
+    def expand_words(self, nodes: list[Node]) -> list[str]:
+        """Expand argument nodes into words: parameters, splitting, globbing, braces."""
+        out: list[str] = []
+        for n in nodes:
+            if n.type in ("word", "concatenation", "brace_expression") and "{" in _text(n) and (
+                    _BRACE.search(_text(n))):
+                alts = brace_expand(_text(n))
+                if len(alts) > 1 or alts[0] != _text(n):
+                    for alt in alts:
+                        sub = parse_fragment(": " + alt).children[0]
+                        args = [c for i, c in enumerate(sub.children)
+                                if sub.field_name_for_child(i) == "argument"]
+                        out.extend(self.expand_words(args))
+                    continue
+            f = _Fields()
+            self._expand_into(n, f, quoted=False)
+            for fl in f.fields:
+                out.extend(self._glob_field(fl))
+        return out
+
+    def _glob_field(self, fl: list[tuple[str, bool]]) -> list[str]:
+        if any(not q and has_glob(t) for t, q in fl):
+            pattern = "".join(_escape_glob(t) if q else t for t, q in fl)
+            matches = self.fs.glob(pattern, self.cwd)
+            if matches:
+                return matches
+        return ["".join(t for t, _ in fl)]
+
+    def expand_str(self, node: Node) -> str:
+        """Expand a node to one string (no splitting or globbing: assignments, case, targets)."""
+        f = _Fields()
+        self._expand_into(node, f, quoted=True)
+        return " ".join("".join(t for t, _ in fl) for fl in f.fields)
+
+    def _expand_into(self, node: Node, f: _Fields, quoted: bool) -> None:
+        t = node.type
+        if t in ("word", "number", "extglob_pattern", "regex", "test_operator",
+                 "variable_name", "heredoc_content", "file_descriptor", "special_variable_name"):
+            text = _text(node)
+            if quoted:
+                f.lit(text, True if t != "word" else False)
+                return
+            if t == "word" and text.startswith("~"):
+                head, sep, rest = text.partition("/")
+                home = self.vars.get("HOME", "~") if head == "~" else None
+                if home is not None:
+                    f.lit(home, True)
+                    text = sep + rest
+            for piece, q in _unescape_word(text):
+                f.lit(piece, q)
+        elif t == "raw_string":
+            f.lit(_text(node)[1:-1], True)
+        elif t == "ansi_c_string":
+            f.lit(_ansi_c(_text(node)[2:-1]), True)
+        elif t in ("string", "translated_string"):
+            f.lit("", True)  # "" is an (empty) field
+            for c in node.children:
+                if c.type == "string_content":
+                    f.lit(_dq_unescape(_text(c)), True)
+                elif c.is_named:
+                    self._expand_into(c, f, quoted=True)
+        elif t in ("simple_expansion", "expansion"):
+            self._parameter(node, f, quoted)
+        elif t == "command_substitution":
+            self._value_into(self.command_substitution(node), f, quoted)
+        elif t == "arithmetic_expansion":
+            exprs = [c for c in node.children if c.is_named]
+            value = 0
+            for e in exprs:
+                value = self.arith(e)
+            self._value_into(str(value), f, quoted)
+        elif t in ("concatenation", "command_name"):
+            for c in node.children:
+                if c.is_named:
+                    self._expand_into(c, f, quoted)
+                else:
+                    f.lit(_text(c), quoted)
+        elif t == "brace_expression":
+            f.lit(_text(node), quoted)
+        elif t in ("process_substitution",):
+            raise self.error("process substitution <(...) is not supported", Unsupported)
+        else:
+            raise self.error(f"unsupported expansion '{t}'", Unsupported)
+
+    def _value_into(self, value: str, f: _Fields, quoted: bool) -> None:
+        if quoted:
+            f.lit(value, True)
+        else:
+            f.split(value, self.vars.get("IFS", " \t\n"))
+
+    def _get(self, name: str) -> str | None:
+        if name.isdigit():
+            k = int(name)
+            if k == 0:
+                return self.script
+            return self.positional[k - 1] if k <= len(self.positional) else None
+        if name == "#":
+            return str(len(self.positional))
+        if name in ("@", "*"):
+            return " ".join(self.positional)
+        if name == "?":
+            if self.last_status is None:
+                raise self.error("$? after a command whose exit status is known only at run "
+                                 "time", Unsupported)
+            return str(self.last_status)
+        if name == "$":
+            return str(os.getpid())
+        if name == "-":
+            return "e" if self.set_e else ""
+        if name == "!":
+            raise self.error("$! (background jobs) is not supported", Unsupported)
+        return self.vars.get(name)
+
+    def _parameter(self, node: Node, f: _Fields, quoted: bool) -> None:
+        children = node.children
+        if node.type == "simple_expansion":
+            name = _text(children[1]) if len(children) > 1 else ""
+            self._param_value(name, None, [], f, quoted)
+            return
+        # ${ [#|!] name [operator args...] }
+        inner = children[1:-1]
+        prefix = ""
+        if inner and not inner[0].is_named and _text(inner[0]) in ("#", "!"):
+            prefix = _text(inner[0])
+            inner = inner[1:]
+        if not inner:
+            raise self.error("bad substitution", Unsupported)
+        name_node = inner[0]
+        if name_node.type == "subscript":
+            raise self.error("arrays are not supported", Unsupported)
+        name = _text(name_node)
+        rest = inner[1:]
+        if prefix == "#":
+            value = self._get(name)
+            if name in ("@", "*"):
+                value = str(len(self.positional))
+            else:
+                value = str(len(value or ""))
+            self._value_into(value, f, quoted)
+            return
+        if prefix == "!":
+            target = self._get(name) or ""
+            self._param_value(target, None, rest, f, quoted)
+            return
+        op = _text(rest[0]) if rest and not rest[0].is_named else None
+        self._param_value(name, op, rest[1:] if op else rest, f, quoted)
+
+    def _param_value(self, name: str, op: str | None, args: list[Node], f: _Fields,
+                     quoted: bool) -> None:
+        if name in ("@", "*") and op is None:
+            if quoted and name == "@":
+                for k, p in enumerate(self.positional):
+                    if k:
+                        f.brk()
+                    f.lit(p, True)
+                return
+            if quoted:
+                f.lit(self.vars.get("IFS", " ")[:1].join(self.positional), True)
+                return
+            for k, p in enumerate(self.positional):
+                if k:
+                    f.brk()
+                f.split(p, self.vars.get("IFS", " \t\n"))
+            return
+        value = self._get(name)
+        if op is None:
+            self._value_into(value or "", f, quoted)
+            return
+
+        def word() -> str:
+            parts: list[str] = []
+            for a in args:
+                if a.is_named:
+                    parts.append(self.expand_str(a))
+                else:
+                    parts.append(_text(a))
+            return "".join(parts)
+
+        def pattern() -> str:
+            parts: list[str] = []
+            for a in args:
+                if a.type in ("string", "raw_string"):
+                    parts.append(_escape_glob(self.expand_str(a)))
+                elif a.is_named:
+                    parts.append(self.expand_str(a))
+                else:
+                    parts.append(_text(a))
+            return "".join(parts)
+
+        if op in (":-", "-", ":=", "=", ":+", "+", ":?", "?"):
+            unset = value is None or (op.startswith(":") and value == "")
+            if op in (":-", "-"):
+                result = word() if unset else value or ""
+            elif op in (":=", "="):
+                if unset:
+                    value = word()
+                    self.set_var(name, value)
+                result = value or ""
+            elif op in (":+", "+"):
+                result = "" if unset else word()
+            else:
+                if unset:
+                    raise self.error(f"{name}: {word() or 'parameter null or not set'}")
+                result = value or ""
+            use_word = (op in (":-", "-") and unset) or (op in (":+", "+") and not unset)
+            if use_word and not quoted:
+                # the word keeps its own quoting: ${x:-"a b"} is one field, ${x:-a b} two
+                for a in args:
+                    if a.type in ("string", "raw_string", "ansi_c_string"):
+                        self._expand_into(a, f, quoted=True)
+                    else:
+                        self._value_into(self.expand_str(a) if a.is_named else _text(a), f,
+                                         False)
+                return
+            self._value_into(result, f, quoted)
+            return
+        value = value or ""
+        if op in ("#", "##", "%", "%%"):
+            pat = pattern()
+            result = _trim(value, pat, op)
+        elif op in ("/", "//", "/#", "/%"):
+            pat_nodes: list[Node] = []
+            rep_nodes: list[Node] = []
+            cur = pat_nodes
+            for a in args:
+                if not a.is_named and _text(a) == "/" and cur is pat_nodes:
+                    cur = rep_nodes
+                    continue
+                cur.append(a)
+            saved = args
+            args = pat_nodes
+            pat = pattern()
+            args = rep_nodes
+            rep = word()
+            args = saved
+            result = _replace(value, pat, rep, op)
+        elif op == ":":
+            nums = [self.arith_text(self.expand_str(a)) for a in args if a.is_named]
+            off = nums[0] if nums else 0
+            if off < 0:
+                off = max(0, len(value) + off)
+            result = value[off:off + nums[1]] if len(nums) > 1 else value[off:]
+        elif op in ("^^", ",,", "^", ","):
+            result = {"^^": value.upper(), ",,": value.lower(),
+                      "^": value[:1].upper() + value[1:], ",": value[:1].lower() + value[1:]}[op]
+        else:
+            raise self.error(f"unsupported parameter operator '{op}'", Unsupported)
+        self._value_into(result, f, quoted)
+
+    # ------------------------------------------------------------------ arithmetic
+    def arith_text(self, text: str) -> int:
+        """Evaluate an arithmetic expression given as text (``let``, variable contents)."""
+        text = text.strip()
+        if re.fullmatch(r"-?\d+", text):
+            return int(text)
+        if text == "":
+            return 0
+        root = _arith_tree(text)
+        if root is None:
+            raise self.error(f"bad arithmetic expression '{text}'")
+        return self.arith(root)
+
+    def arith(self, node: Node) -> int:
+        """Evaluate an arithmetic tree-sitter node."""
+        t = node.type
+        if t == "number":
+            return _int(_text(node), self)
+        if t in ("variable_name", "word"):
+            name = _text(node)
+            if re.fullmatch(r"-?\d\w*", name):
+                return _int(name, self)
+            return self._var_int(name)
+        if t == "parenthesized_expression":
+            return self.arith([c for c in node.children if c.is_named][0])
+        if t in ("simple_expansion", "expansion", "command_substitution", "string",
+                 "arithmetic_expansion", "concatenation", "raw_string"):
+            return self.arith_text(self.expand_str(node))
+        if t == "unary_expression" or t == "prefix_expression":
+            op = _text(node.children[0])
+            operand = node.children[1]
+            if op in ("++", "--"):
+                name = _text(operand)
+                v = self._var_int(name) + (1 if op == "++" else -1)
+                self.set_var(name, str(v))
+                return v
+            v = self.arith(operand)
+            return {"-": -v, "+": v, "!": int(v == 0), "~": ~v}[op]
+        if t == "postfix_expression":
+            name = _text(node.children[0])
+            op = _text(node.children[1])
+            v = self._var_int(name)
+            self.set_var(name, str(v + (1 if op == "++" else -1)))
+            return v
+        if t == "ternary_expression":
+            parts = [c for c in node.children if c.is_named]
+            return self.arith(parts[1]) if self.arith(parts[0]) else self.arith(parts[2])
+        if t == "binary_expression":
+            left = node.child_by_field_name("left")
+            right = node.child_by_field_name("right")
+            opn = node.child_by_field_name("operator")
+            assert left is not None and right is not None and opn is not None
+            op = _text(opn)
+            if op in ("=", "+=", "-=", "*=", "/=", "%=", "<<=", ">>=", "&=", "|=", "^="):
+                name = _text(left)
+                r = self.arith(right)
+                v = r if op == "=" else _binop(op[:-1], self._var_int(name), r, self)
+                self.set_var(name, str(v))
+                return v
+            if op == "&&":
+                return int(bool(self.arith(left)) and bool(self.arith(right)))
+            if op == "||":
+                return int(bool(self.arith(left)) or bool(self.arith(right)))
+            return _binop(op, self.arith(left), self.arith(right), self)
+        raise self.error(f"unsupported arithmetic '{_text(node)}'", Unsupported)
+
+    def _var_int(self, name: str) -> int:
+        value = self._get(name)
+        if value is None or value.strip() == "":
+            return 0
+        if re.fullmatch(r"\s*-?\d+\s*", value):
+            return int(value)
+        return self.arith_text(value)
+
+    # ------------------------------------------------------------------ test / [ ] / [[ ]]
+    def _test(self, words: list[str], pattern: list[bool], double: bool) -> bool:
+        pos = 0
+
+        def peek(k: int = 0) -> str | None:
+            return words[pos + k] if pos + k < len(words) else None
+
+        def expr() -> bool:
+            nonlocal pos
+            v = conj()
+            while peek() == "-o":
+                pos += 1
+                r = conj()
+                v = v or r
+            return v
+
+        def conj() -> bool:
+            nonlocal pos
+            v = neg()
+            while peek() == "-a" and pos + 1 < len(words):
+                pos += 1
+                r = neg()
+                v = v and r
+            return v
+
+        def neg() -> bool:
+            nonlocal pos
+            if peek() == "!" and pos + 1 < len(words):
+                pos += 1
+                return not neg()
+            return primary()
+
+        def primary() -> bool:
+            nonlocal pos
+            w = peek()
+            if w is None:
+                return False
+            if w == "(" and pos + 1 < len(words):
+                pos += 1
+                v = expr()
+                if peek() == ")":
+                    pos += 1
+                return v
+            op = peek(1)
+            if op in _BINARY and pos + 2 < len(words):
+                right = words[pos + 2]
+                is_pat = pattern[pos + 2]
+                pos += 3
+                return self._binary_test(w, op, right, double and is_pat)
+            if w in _UNARY and pos + 1 < len(words) and op not in _BINARY:
+                pos += 2
+                return self._unary_test(w, words[pos - 1])
+            pos += 1
+            return w != ""
+
+        result = expr()
+        if pos != len(words):
+            raise self.error(f"test: cannot parse '{' '.join(words)}'")
+        return result
+
+    def _binary_test(self, a: str, op: str, b: str, is_pattern: bool) -> bool:
+        if op in ("=", "=="):
+            return fnmatch.fnmatchcase(a, b) if is_pattern else a == b
+        if op == "!=":
+            return not fnmatch.fnmatchcase(a, b) if is_pattern else a != b
+        if op == "=~":
+            return re.search(b, a) is not None
+        if op == "<":
+            return a < b
+        if op == ">":
+            return a > b
+        if op in ("-nt", "-ot", "-ef"):
+            raise self.error(f"test {op} compares file times, known only at run time",
+                             Unsupported)
+        try:
+            x, y = int(a.strip() or "0"), int(b.strip() or "0")
+        except ValueError:
+            raise self.error(f"test: integer expression expected: '{a}' {op} '{b}'")
+        return {"-eq": x == y, "-ne": x != y, "-lt": x < y, "-le": x <= y, "-gt": x > y,
+                "-ge": x >= y}[op]
+
+    def _unary_test(self, op: str, arg: str) -> bool:
+        if op == "-z":
+            return arg == ""
+        if op == "-n":
+            return arg != ""
+        if op in ("-v",):
+            return arg in self.vars
+        path = os.path.normpath(os.path.join(self.cwd, arg)) if arg else ""
+        kind = self.fs.kind(path) if path else None
+        if op in ("-e", "-a"):
+            return kind is not None
+        if op == "-f":
+            return kind == "f"
+        if op == "-d":
+            return kind == "d"
+        if op in ("-r", "-w", "-x"):
+            if kind is None:
+                return False
+            if path in self.fs.written:
+                return op != "-x"
+            return os.access(path, {"-r": os.R_OK, "-w": os.W_OK, "-x": os.X_OK}[op])
+        if op in ("-s",):
+            if kind is None:
+                return False
+            if path in self.fs.written:
+                raise self.error(f"test -s '{arg}': its size is known only after line "
+                                 f"{self.fs.written[path]} runs", Unsupported)
+            return kind == "d" or os.path.getsize(path) > 0
+        if op in ("-L", "-h"):
+            return path not in self.fs.written and os.path.islink(path)
+        raise self.error(f"test {op} is not supported", Unsupported)
+
+
+_BINARY = frozenset({"=", "==", "!=", "=~", "<", ">", "-eq", "-ne", "-lt", "-le", "-gt", "-ge",
+                     "-nt", "-ot", "-ef"})
+_UNARY = frozenset({"-z", "-n", "-e", "-f", "-d", "-r", "-w", "-x", "-s", "-L", "-h", "-v",
+                    "-a"})
+
+
+@lru_cache(maxsize=4096)
+def _arith_tree(text: str) -> Node | None:
+    root = parse_fragment(f"(( {text} ))")
+    if root.has_error or not root.children:
+        return None
+    stmt = root.children[0]
+    exprs = [c for c in stmt.children if c.is_named]
+    return exprs[-1] if exprs else None
+
+
+def _int(text: str, interp: Interpreter) -> int:
+    try:
+        if "#" in text:
+            base, digits = text.split("#", 1)
+            return int(digits, int(base))
+        if text.lower().startswith(("0x", "-0x")):
+            return int(text, 16)
+        if len(text.lstrip("-")) > 1 and text.lstrip("-").startswith("0"):
+            return int(text, 8)
+        return int(text)
+    except ValueError:
+        raise interp.error(f"bad number '{text}' in arithmetic")
+
+
+def _binop(op: str, a: int, b: int, interp: Interpreter) -> int:
+    if op in ("/", "%") and b == 0:
+        raise interp.error("division by zero in arithmetic")
+    if op == "/":
+        q = abs(a) // abs(b)
+        return q if (a >= 0) == (b >= 0) else -q
+    if op == "%":
+        r = abs(a) % abs(b)
+        return r if a >= 0 else -r
+    table = {
+        "+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "**": lambda: a ** b,
+        "<": lambda: int(a < b), ">": lambda: int(a > b), "<=": lambda: int(a <= b),
+        ">=": lambda: int(a >= b), "==": lambda: int(a == b), "!=": lambda: int(a != b),
+        "<<": lambda: a << b, ">>": lambda: a >> b, "&": lambda: a & b, "|": lambda: a | b,
+        "^": lambda: a ^ b, ",": lambda: b,
+    }
+    if op not in table:
+        raise interp.error(f"unsupported arithmetic operator '{op}'", Unsupported)
+    return table[op]()
+
+
+def _trim(value: str, pat: str, op: str) -> str:
+    rx = fnmatch.translate(pat)[4:-3] if pat else ""  # strip (?s:...)\Z wrapper
+    if op in ("#", "##"):
+        m = re.match(f"(?s:{rx})" if op == "##" else f"(?s:{_lazy(rx)})", value)
+        if op == "#":
+            for k in range(len(value) + 1):
+                if fnmatch.fnmatchcase(value[:k], pat):
+                    return value[k:]
+            return value
+        return value[m.end():] if m else value
+    # suffix: % shortest, %% longest
+    rng = range(len(value), -1, -1) if op == "%" else range(0, len(value) + 1)
+    for k in rng:
+        if fnmatch.fnmatchcase(value[k:], pat):
+            return value[:k]
+    return value
+
+
+def _lazy(rx: str) -> str:
+    return rx.replace(".*", ".*?")
+
+
+def _replace(value: str, pat: str, rep: str, op: str) -> str:
+    if not pat:
+        return value
+    n = len(value)
+    if op == "/#":
+        for k in range(n, -1, -1):
+            if fnmatch.fnmatchcase(value[:k], pat):
+                return rep + value[k:]
+        return value
+    if op == "/%":
+        for k in range(0, n + 1):
+            if fnmatch.fnmatchcase(value[k:], pat):
+                return value[:k] + rep
+        return value
+    out = []
+    i = 0
+    replaced = False
+    while i <= n:
+        match_end = -1
+        if not (replaced and op == "/"):
+            for k in range(n, i, -1):  # longest match at i
+                if fnmatch.fnmatchcase(value[i:k], pat):
+                    match_end = k
+                    break
+        if match_end > i:
+            out.append(rep)
+            i = match_end
+            replaced = True
+            continue
+        if i < n:
+            out.append(value[i])
+        i += 1
+    return "".join(out)
+
+
+class _Expr:
+    """``expr`` arguments: | & = > >= < <= != + - * / % : and parentheses."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.a = args
+        self.i = 0
+
+    def parse(self) -> str | int:
+        return self._or()
+
+    def _peek(self) -> str | None:
+        return self.a[self.i] if self.i < len(self.a) else None
+
+    def _or(self) -> str | int:
+        v = self._and()
+        while self._peek() == "|":
+            self.i += 1
+            r = self._and()
+            v = v if v not in ("", 0, "0") else r
+        return v
+
+    def _and(self) -> str | int:
+        v = self._cmp()
+        while self._peek() == "&":
+            self.i += 1
+            r = self._cmp()
+            v = v if v not in ("", 0, "0") and r not in ("", 0, "0") else 0
+        return v
+
+    def _cmp(self) -> str | int:
+        v = self._add()
+        while self._peek() in ("=", "!=", "<", "<=", ">", ">="):
+            op = self._peek()
+            self.i += 1
+            r = self._add()
+            try:
+                x, y = int(v), int(r)
+                res = {"=": x == y, "!=": x != y, "<": x < y, "<=": x <= y, ">": x > y,
+                       ">=": x >= y}[op]  # type: ignore[index]
+            except ValueError:
+                sx, sy = str(v), str(r)
+                res = {"=": sx == sy, "!=": sx != sy, "<": sx < sy, "<=": sx <= sy,
+                       ">": sx > sy, ">=": sx >= sy}[op]  # type: ignore[index]
+            v = int(res)
+        return v
+
+    def _add(self) -> str | int:
+        v = self._mul()
+        while self._peek() in ("+", "-"):
+            op = self._peek()
+            self.i += 1
+            r = self._mul()
+            v = int(v) + int(r) if op == "+" else int(v) - int(r)
+        return v
+
+    def _mul(self) -> str | int:
+        v = self._match()
+        while self._peek() in ("*", "/", "%"):
+            op = self._peek()
+            self.i += 1
+            r = int(self._match())
+            x = int(v)
+            if r == 0:
+                raise ScriptError("expr: division by zero")
+            q = abs(x) // abs(r) * (1 if (x >= 0) == (r >= 0) else -1)
+            v = q if op == "/" else (x - q * r if op == "%" else x * r)
+        return v
+
+    def _match(self) -> str | int:
+        v = self._atom()
+        while self._peek() == ":":
+            self.i += 1
+            pat = str(self._atom())
+            m = re.match(pat.replace(r"\(", "(").replace(r"\)", ")"), str(v))
+            if m and m.groups():
+                v = m.group(1) or ""
+            else:
+                v = m.end() if m else 0
+        return v
+
+    def _atom(self) -> str | int:
+        w = self._peek()
+        if w is None:
+            raise ScriptError("expr: syntax error")
+        self.i += 1
+        if w == "(":
+            v = self._or()
+            self.i += 1
+            return v
+        if w == "length":
+            return len(str(self._atom()))
+        return w
+
+
+def quote_argv(argv: list[str]) -> str:
+    """Shell-quote an argv for display."""
+    return " ".join(shlex.quote(a) for a in argv)
