@@ -70,7 +70,7 @@ def map(fn: Callable[..., Any], *iterables: Iterable[Any], timeout: float | None
 
 def map_as_completed(fn: Callable[..., Any], *iterables: Iterable[Any]) -> Iterator[Any]:
     """Results of ``fn`` over the iterables in the order they finish."""
-    futs = [submit(fn, *args) for args in zip(*iterables)]
+    futs = [submit(fn, *args) for args in zip(*iterables, strict=False)]
     for f in as_completed(futs):
         yield f.result()
 

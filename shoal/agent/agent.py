@@ -12,10 +12,12 @@ pull from the agent the same way, so prefetched tasks sit next to the core that 
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import secrets
 import signal
 import socket
+import struct
 import sys
 import tempfile
 import time
@@ -32,11 +34,16 @@ log = logging.getLogger("shoal.agent")
 
 HEARTBEAT_S = 1.0
 HEAD_TIMEOUT_S = 60.0
+# Adaptive prefetch from per-function run-time statistics: a worker is sent tasks until
+# about QUEUE_TARGET_S of estimated work waits for it (a function not seen yet counts as
+# that long by itself), so tiny tasks travel in big batches and long ones stay balanced.
+QUEUE_TARGET_S = 0.005
+QUEUE_MAX = 1000
 
 
 class WorkerHandle:
     __slots__ = ("index", "ident", "pid", "pidfd", "origin", "credit", "tasks", "blocked",
-                 "sent_fids", "ready", "said_hello")
+                 "sent_fids", "ready", "said_hello", "est", "queued_s")
 
     def __init__(self, index: int, ident: bytes, pid: int, origin: int) -> None:
         self.index = index
@@ -50,10 +57,19 @@ class WorkerHandle:
         self.sent_fids: set[int] = set()
         self.ready = False
         self.said_hello = False
+        self.est: dict[int, float] = {}   # tid -> estimated run time when sent
+        self.queued_s = 0.0
 
     @property
     def busy(self) -> bool:
         return len(self.tasks) > len(self.blocked)
+
+    def room(self) -> int:
+        """How many more tasks to send: the window, or more while little work waits."""
+        unfinished = len(self.tasks) - len(self.blocked)
+        if self.queued_s < QUEUE_TARGET_S and unfinished < QUEUE_MAX:
+            return max(self.credit - unfinished, 1)
+        return self.credit - unfinished
 
 
 class Agent:
@@ -89,8 +105,10 @@ class Agent:
         self.cmd_pipes: dict[int, launcher.Running] = {}     # pipe fd -> running
         self.cmd_cores = 0
         self.func_blobs: dict[int, bytes] = {}
-        self.head_credit = 0      # credit to send to the head at the next flush
-        self.awaiting = 0         # credit granted to the head, tasks not yet arrived
+        self.mean: dict[int, float] = {}     # per function (and kind): EWMA of run time
+        self.recent_mean = QUEUE_TARGET_S    # of the last batch of results
+        self.head_credit = 0      # window to send to the head at the next flush (0: none)
+        self.sent_window = -1
         self.out_results: list[list[Any]] = []
         self.out_submit: list[list[Any]] = []
         self.out_funcs: dict[int, bytes] = {}
@@ -99,6 +117,9 @@ class Agent:
         self.head_gone = False
         self.welcomed = False
         self.base_env = dict(os.environ)
+        # One int64 per worker index, shared with the (forked) workers: the task each runs
+        # now, so a worker's death is charged to the task that was running, exactly.
+        self.running_slots = mmap.mmap(-1, 8 * self.slots)
         self.tmpdir = tempfile.mkdtemp(prefix="shoal-agent-")
         self.worker_endpoint = f"ipc://{self.tmpdir}/workers"
         self.ctx: zmq.Context | None = None
@@ -116,7 +137,8 @@ class Agent:
             try:
                 from shoal.agent.worker import worker_main
 
-                worker_main(self.worker_endpoint, self.key, ident, self.sys_path)
+                worker_main(self.worker_endpoint, self.key, ident, self.sys_path,
+                            self.running_slots, 8 * index)
             finally:
                 os._exit(1)
         w = WorkerHandle(index, ident, pid, origin)
@@ -167,19 +189,13 @@ class Agent:
         else:
             how = f"exited with status {code}"
         why = f"worker {w.index} (pid {w.pid}) on {self.name} {how} while running this task"
-        # Started tasks are lost: the blocked ones and the one it was running (the oldest
-        # not blocked). Tasks it had not started yet go back to the queue.
-        lost: list[int] = list(w.blocked)
-        requeue: list[list[Any]] = []
-        current_found = False
-        for tid, spec in w.tasks.items():
-            if tid in w.blocked:
-                continue
-            if not current_found:
-                lost.append(tid)
-                current_found = True
-            else:
-                requeue.append(spec)
+        # Lost: the task it was running (from the shared slot) and the ones it had parked
+        # waiting on sub-tasks. Everything else it held had not started or had finished
+        # with its result still in flight: those run again.
+        running = struct.unpack_from("q", self.running_slots, 8 * w.index)[0]
+        struct.pack_into("q", self.running_slots, 8 * w.index, 0)
+        lost = [t for t in w.tasks if t in w.blocked or t == running]
+        requeue = [spec for t, spec in w.tasks.items() if t not in w.blocked and t != running]
         for tid in lost:
             self._result_to_head([tid, P.LOST, why.encode(), None], 1)
         for spec in reversed(requeue):
@@ -196,7 +212,6 @@ class Agent:
                 self.func_blobs.update(msg[2])
             need_workers = False
             for spec in msg[1]:
-                self.awaiting -= spec[5] or 1
                 if spec[1] == P.CMD:
                     self.cmd_queue.append(spec)
                 else:
@@ -222,7 +237,10 @@ class Agent:
             for w in list(self.workers.values()):
                 self._welcome_worker(w)
         elif kind == P.CANCEL:
-            self._revoke(set(msg[2]))
+            if msg[1]:  # a client's cancel: drop what has not started, say which
+                self._send_head([P.CANCEL, msg[1], self._drop_queued(set(msg[2]))])
+            else:       # the owner is gone: stop them wherever they are
+                self._revoke(set(msg[2]))
         elif kind == P.SHUTDOWN:
             self.running = False
             self.head_gone = True
@@ -231,6 +249,21 @@ class Agent:
 
     def _queue_child_result(self, w: WorkerHandle, item: list[Any]) -> None:
         self._child_results.setdefault(w.ident, []).append(item)
+
+    def _drop_queued(self, tids: set[int]) -> list[int]:
+        dropped = [s[0] for s in self.py_queue if s[0] in tids]
+        dropped += [s[0] for s in self.cmd_queue if s[0] in tids]
+        for q in self.pinned.values():
+            dropped += [s[0] for s in q if s[0] in tids]
+        if dropped:
+            gone = set(dropped)
+            self.py_queue = deque(s for s in self.py_queue if s[0] not in gone)
+            self.cmd_queue = deque(s for s in self.cmd_queue if s[0] not in gone)
+            for q in self.pinned.values():
+                kept = [s for s in q if s[0] not in gone]
+                q.clear()
+                q.extend(kept)
+        return dropped
 
     def _revoke(self, tids: set[int]) -> None:
         self.py_queue = deque(s for s in self.py_queue if s[0] not in tids)
@@ -257,41 +290,55 @@ class Agent:
             w.said_hello = True
             self._welcome_worker(w)
         elif kind == P.RESULTS:
-            tasks = w.tasks
+            tasks, est = w.tasks, w.est
             for item in msg[1]:
-                spec = tasks.pop(item[0], None)
-                self._result_to_head(item, 1 if spec is None else (spec[5] or 1))
+                tasks.pop(item[0], None)
+                w.queued_s -= est.pop(item[0], 0.0)
+                self.out_results.append(item)
+            if not tasks:
+                w.queued_s = 0.0
+            if len(msg) > 2 and msg[2]:
+                mean = self.mean
+                n = total = 0.0
+                for key, (runs, secs) in msg[2].items():
+                    m = secs / runs
+                    old = mean.get(key)
+                    mean[key] = m if old is None else 0.7 * old + 0.3 * m
+                    n += runs
+                    total += secs
+                self.recent_mean = total / n
         elif kind == P.CREDIT:
-            w.credit += msg[1]
-            for tid in msg[2]:
-                if tid in w.tasks:
-                    w.blocked.add(tid)
-            for tid in msg[3]:
-                w.blocked.discard(tid)
+            w.credit = msg[1]   # absolute window of unfinished, unblocked tasks
+            for ev in msg[2]:  # in order: a task may block, resume and block again
+                if ev > 0:
+                    if ev in w.tasks:
+                        w.blocked.add(ev)
+                else:
+                    w.blocked.discard(-ev)
         elif kind == P.SUBMIT:
             self.out_submit.extend(msg[1])
             if msg[2]:
                 self.out_funcs.update(msg[2])
 
     def _result_to_head(self, item: list[Any], cores: int) -> None:
-        self.out_results.append(item)
+        self.out_results.append(item)  # cores: the window (sent separately) accounts for them
 
     def _want_credit(self) -> None:
-        """Ask the head for what workers asked for, plus free cores and prefetch.
+        """Tell the head the window of unfinished tasks this agent wants (cores' worth).
 
-        Workers ask for more when their tasks are short (adaptive prefetch) or blocked on
-        sub-tasks, so the head's view of this agent follows real demand.
+        What the workers want (they want more when their tasks are short, and their
+        blocked tasks stay unfinished) plus slots x (1 + prefetch) for commands and the
+        local queue. Sent only when it changes.
         """
-        py = sum(w.credit for w in self.workers.values() if w.ready)
-        if not self.workers and self.nworkers == 0:
-            py = 0
-        free = self._free_cores()
-        want = py + max(0, free) + self.slots * self.prefetch
-        have = self.awaiting + len(self.py_queue) + sum(len(q) for q in self.pinned.values()) \
-            + sum(s[5] or 1 for s in self.cmd_queue)
-        if want > have:
-            self.head_credit += want - have
-            self.awaiting += want - have
+        window = self.slots * (1 + self.prefetch)
+        short = self.recent_mean < QUEUE_TARGET_S
+        extra = min(QUEUE_MAX, int(QUEUE_TARGET_S / max(self.recent_mean, 1e-6))) if short else 0
+        for w in self.workers.values():
+            if w.ready:
+                window += len(w.blocked) + extra
+        if window != self.sent_window:
+            self.sent_window = window
+            self.head_credit = window
 
     # ---- placing work ---------------------------------------------------------------------
     def _free_cores(self) -> int:
@@ -302,8 +349,12 @@ class Agent:
         # Python tasks to workers that asked for them (pinned first).
         if self.py_queue or self.pinned:
             free = self._free_cores()
+            mean = self.mean
             for w in self.workers.values():
-                if w.credit <= 0:
+                if not w.ready:
+                    continue  # not connected yet: a ROUTER would drop what we send it
+                room = w.room()
+                if room <= 0:
                     continue
                 q = self.pinned.get(w.index)
                 pinned_only = False
@@ -316,14 +367,19 @@ class Agent:
                         continue
                     free -= 1
                 out = self.out_workers.setdefault(w.ident, [])
-                while w.credit > 0:
+                unfinished = len(w.tasks) - len(w.blocked)
+                while room > 0 or (w.queued_s < QUEUE_TARGET_S and unfinished < QUEUE_MAX):
                     if q:
                         spec = q.popleft()
                     elif self.py_queue and not pinned_only:
                         spec = self.py_queue.popleft()
                     else:
                         break
-                    w.credit -= 1
+                    room -= 1
+                    unfinished += 1
+                    e = mean.get(spec[2] if spec[1] == P.PY else -spec[2], QUEUE_TARGET_S)
+                    w.est[spec[0]] = e
+                    w.queued_s += e
                     w.tasks[spec[0]] = spec
                     out.append(spec)
             for k in [k for k, q in self.pinned.items() if not q]:

@@ -18,11 +18,13 @@ import heapq
 import os
 import pickle
 import signal
+import struct
 import sys
 import time
 import traceback
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import cloudpickle
 import greenlet
@@ -34,14 +36,11 @@ from shoal.client.future import ShoalFuture, deliver, exception_payload
 from shoal.transport import protocol as P
 
 _dumps = pickle.dumps
+_pack_into = struct.pack_into
 _current: WorkerContext | None = None
 
 FLUSH_AFTER_S = 0.002     # a result waits at most this long for company before it is sent
 FLUSH_COUNT = 256
-# Adaptive prefetch: keep about this much work queued here (from the measured mean task
-# time), so tiny tasks arrive in large batches while long tasks keep the configured depth.
-QUEUE_TARGET_S = 0.005
-QUEUE_MAX = 1000
 
 
 def current() -> WorkerContext | None:
@@ -56,10 +55,11 @@ class WorkerContext:
         self.sock = sock
         self.codec = codec
         self.encoder = Encoder(0)   # origin comes with the agent's WELCOME
-        self.capacity = 0           # no credit before WELCOME
-        self.base_capacity = 0
-        self.mean_s = 0.0           # EWMA of task run time (tasks that did not block)
-        self.granted = 0            # credit given to the agent and not used yet
+        self.capacity = 0           # no window before WELCOME
+        self.sent_window = -1
+        self.running_slot: Any = None   # shared memory: the task id running now (for the agent)
+        self.slot_offset = 0
+        self.stats: dict[int, list[float]] = {}  # per function (and kind): [runs, seconds]
         self.queue: deque[list[Any]] = deque()
         self.runnable: deque[greenlet.greenlet] = deque()
         self.funcs: dict[int, Callable[..., Any]] = {}
@@ -67,8 +67,7 @@ class WorkerContext:
         self.children: dict[int, ShoalFuture] = {}
         self.out_results: list[list[Any]] = []
         self.out_submit: list[list[Any]] = []
-        self.blocked_new: list[int] = []
-        self.resumed_new: list[int] = []
+        self.events: list[int] = []   # in order: tid = blocked, -tid = resumed
         self.first_unsent = 0.0
         self.running = True
         self.hub = greenlet.getcurrent()
@@ -87,18 +86,18 @@ class WorkerContext:
             self._send([P.SUBMIT, subs, self.encoder.take_funcs(), 0])
         if self.out_results:
             res, self.out_results = self.out_results, []
-            self._send([P.RESULTS, res])
+            stats, self.stats = self.stats, {}
+            self._send([P.RESULTS, res, stats])
         self._credit()
 
     def _credit(self) -> None:
-        active = len(self.queue) + len(self.runnable) + self.granted
-        want = self.capacity - active
-        if want > 0 or self.blocked_new or self.resumed_new:
-            n = max(0, want)
-            self.granted += n
-            b, r = self.blocked_new, self.resumed_new
-            self.blocked_new, self.resumed_new = [], []
-            self._send([P.CREDIT, n, b, r])
+        """Tell the agent this worker's window and which tasks blocked or resumed."""
+        if not self.capacity:
+            return
+        if self.capacity != self.sent_window or self.events:
+            self.sent_window = self.capacity
+            ev, self.events = self.events, []
+            self._send([P.CREDIT, self.capacity, ev])
 
     # ---- receiving ----------------------------------------------------------------
     def _recv_all(self, timeout_ms: int) -> None:
@@ -121,12 +120,11 @@ class WorkerContext:
             kind = msg[0]
             if kind == P.WELCOME:
                 self.encoder = Encoder(msg[1]["origin"])
-                self.base_capacity = self.capacity = 1 + max(0, int(msg[1]["prefetch"]))
+                self.capacity = 1 + max(0, int(msg[1]["prefetch"]))
             elif kind == P.TASKS:
                 specs = msg[1]
                 if msg[2]:
                     self.func_blobs.update(msg[2])
-                self.granted = max(0, self.granted - len(specs))
                 self.queue.extend(specs)
             elif kind == P.RESULTS:
                 children = self.children
@@ -177,23 +175,35 @@ class WorkerContext:
             return
         g = greenlet.greenlet(self._run)
         self.task_of[g] = tid
+        slot = self.running_slot
+        if slot is not None:  # if this process dies now, the agent knows which task did it
+            _pack_into("q", slot, self.slot_offset, tid)
         t0 = time.perf_counter()
         g.switch(spec)
-        if g.dead:
+        if slot is not None:
+            _pack_into("q", slot, self.slot_offset, 0)
+        if g.dead:  # finished without blocking: a clean run-time sample for the agent
             del self.task_of[g]
-            self._measured(time.perf_counter() - t0)
-
-    def _measured(self, dt: float) -> None:
-        m = self.mean_s = dt if self.mean_s == 0.0 else 0.9 * self.mean_s + 0.1 * dt
-        extra = QUEUE_MAX if m <= QUEUE_TARGET_S / QUEUE_MAX else int(QUEUE_TARGET_S / m)
-        self.capacity = self.base_capacity + extra
+            dt = time.perf_counter() - t0
+            key = spec[2] if spec[1] == P.PY else -spec[2]
+            st = self.stats.get(key)
+            if st is None:
+                self.stats[key] = [1, dt]
+            else:
+                st[0] += 1
+                st[1] += dt
 
     def _resume(self, g: greenlet.greenlet) -> None:
         tid = self.task_of.get(g)
         if g in self.blocked:
             self.blocked.discard(g)
-            self.resumed_new.append(tid)
+            self.events.append(-tid)
+        slot = self.running_slot
+        if slot is not None:
+            _pack_into("q", slot, self.slot_offset, tid)
         g.switch()
+        if slot is not None:
+            _pack_into("q", slot, self.slot_offset, 0)
         if g.dead:
             self.task_of.pop(g, None)
 
@@ -259,7 +269,7 @@ class WorkerContext:
 
     def map(self, fn: Callable[..., Any], *iterables: Any, timeout: float | None = None,
             chunksize: int = 1) -> Any:
-        futs = [self.submit(fn, *args) for args in zip(*iterables)]
+        futs = [self.submit(fn, *args) for args in zip(*iterables, strict=False)]
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def results() -> Any:
@@ -308,7 +318,7 @@ class WorkerContext:
             heapq.heappush(self.timers, (deadline, id(g), g))
         while True:
             self.blocked.add(g)
-            self.blocked_new.append(self.task_of[g])
+            self.events.append(self.task_of[g])
             self.flush()  # sub-tasks must leave before we wait on them
             self.hub.switch()
             if _satisfied(futs, return_when):
@@ -339,7 +349,8 @@ def _satisfied(futs: list[cf.Future], return_when: str) -> bool:
 
 
 def worker_main(endpoint: str, key: bytes, ident: bytes,
-                sys_path: list[str] | None = None) -> None:
+                sys_path: list[str] | None = None, running_slot: Any = None,
+                slot_offset: int = 0) -> None:
     """Entry point of a worker process (forked by its agent)."""
     global _current
     set_parent_death_signal()
@@ -358,6 +369,7 @@ def worker_main(endpoint: str, key: bytes, ident: bytes,
     sock.connect(endpoint)
     codec = P.Codec(key)
     wc = WorkerContext(sock, codec)
+    wc.running_slot, wc.slot_offset = running_slot, slot_offset
     _current = wc
     _patch_stdlib_waits()
     try:

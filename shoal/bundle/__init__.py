@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .archive import BundleError, StreamUnpacker, expected_digest
 from .env import python_executable, rerouted_environ, shell_exports
-from .install import UnpackReport, cleanup, unpack_bundles
+from .install import UnpackReport, cleanup, staged_install, unpack_bundles
 from .tiers import BuildResult, build
 from .transport import DeliveryReport, deliver, register_agent_transport
 
@@ -27,5 +27,6 @@ __all__ = [
     "register_agent_transport",
     "rerouted_environ",
     "shell_exports",
+    "staged_install",
     "unpack_bundles",
 ]

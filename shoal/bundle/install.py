@@ -9,12 +9,13 @@ Everything is created owner-only (0700).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def _made_record(dest: Path) -> Path:
     return dest.parent / f".{dest.name}{_TAG}made"
 
 
-def _ensure_parent(dest: Path) -> None:
+def ensure_parent(dest: Path) -> None:
     """Create missing parents owner-only, remembering which, so cleanup can remove them."""
     missing = []
     p = dest.parent
@@ -68,7 +69,7 @@ def new_stage(dest: Path, overlay: bool = True) -> Path:
     """A private staging directory beside ``dest``; with ``overlay`` it starts as a copy of
     what is installed now, so new bundles add to it instead of replacing it."""
     dest = Path(os.path.abspath(dest))
-    _ensure_parent(dest)
+    ensure_parent(dest)
     cur = current_generation(dest)
     stage = Path(tempfile.mkdtemp(prefix=_siblings_prefix(dest), dir=dest.parent))
     os.chmod(stage, 0o700)
@@ -108,19 +109,33 @@ def discard(stage: Path) -> None:
     shutil.rmtree(stage, ignore_errors=True)
 
 
-def cleanup(dest: Path) -> list[Path]:
-    """Remove ``dest``, every generation or staging directory of it, and the parent
-    directories shoal created for it when they are empty; return what was removed."""
+def made_parents(dest: Path) -> list[Path]:
+    """The parent directories shoal created for ``dest`` (removed by cleanup when empty)."""
+    rec = _made_record(Path(os.path.abspath(dest)))
+    return [Path(p) for p in rec.read_text().split()] if rec.exists() else []
+
+
+def remove_empty(dirs: list[Path]) -> list[Path]:
+    """Remove those of ``dirs`` that are empty, deepest first; return the ones removed."""
+    removed = []
+    for d in sorted(dirs, key=lambda p: len(p.parts), reverse=True):
+        try:
+            d.rmdir()  # only when empty: other users' or jobs' files are never touched
+            removed.append(d)
+        except OSError:
+            pass
+    return removed
+
+
+def cleanup(dest: Path, parents: bool = True) -> list[Path]:
+    """Remove ``dest``, every generation or staging directory of it, and (with ``parents``)
+    the parent directories shoal created for it when they are empty; return what went."""
     dest = Path(os.path.abspath(dest))
     removed: list[Path] = []
     parent = dest.parent
-    rec = _made_record(dest)
-    made = [Path(p) for p in rec.read_text().split()] if rec.exists() else []
+    made = made_parents(dest)
     if dest.is_symlink():
         dest.unlink()
-        removed.append(dest)
-    elif dest.is_dir() and (dest / ".shoal").is_dir():  # a plain-directory root (--fresh copy)
-        shutil.rmtree(dest)
         removed.append(dest)
     if parent.is_dir():
         for p in parent.iterdir():
@@ -130,13 +145,25 @@ def cleanup(dest: Path) -> list[Path]:
                 else:
                     p.unlink(missing_ok=True)
                 removed.append(p)
-    for d in sorted(made, key=lambda p: len(p.parts), reverse=True):
-        try:
-            d.rmdir()  # only when empty: other users' or jobs' files are never touched
-            removed.append(d)
-        except OSError:
-            pass
+    if parents:
+        removed += remove_empty(made)
     return removed
+
+
+@contextlib.contextmanager
+def staged_install(dest: Path | str, *, overlay: bool = True) -> Iterator[Path]:
+    """Yield a staging directory for ``dest``; switch ``dest`` to it when the block ends
+    normally, throw it away when it raises. For receivers that get bytes from elsewhere
+    (shoal agents): feed a ``StreamUnpacker(stage, name)`` per bundle and ``finish`` it."""
+    dest = Path(os.path.abspath(dest))
+    stage = new_stage(dest, overlay=overlay)
+    try:
+        yield stage
+        finalize_stage(stage)
+        commit(dest, stage)
+    except BaseException:
+        discard(stage)
+        raise
 
 
 @dataclass
@@ -170,15 +197,9 @@ def unpack_bundles(
         raise BundleError(f"{len(paths)} bundles but {len(digests)} checksums")
     t0 = time.perf_counter()
     rep = UnpackReport(dest)
-    stage = new_stage(dest, overlay=overlay)
-    try:
+    with staged_install(dest, overlay=overlay) as stage:
         for p, d in zip(paths, digests, strict=True):
             rep.nbytes += unpack_stream(iter_file_chunks(p), stage, p.name, d)
             rep.bundles.append(p.name)
-        finalize_stage(stage)
-        commit(dest, stage)
-    except BaseException:
-        discard(stage)
-        raise
     rep.seconds = time.perf_counter() - t0
     return rep

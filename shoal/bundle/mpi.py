@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from .archive import CHUNK, BundleError, StreamUnpacker, expected_digest
-from .install import cleanup, commit, discard, finalize_stage, new_stage
+from .install import cleanup, commit, discard, finalize_stage, made_parents, new_stage, remove_empty
 
 
 def _dest_for(template: str, rank: int, host: str) -> Path:
@@ -62,10 +62,16 @@ def run(argv: list[str] | None = None) -> int:
         dest = _dest_for(a.to, world.rank, host)
         if a.cleanup:
             err = None
+            made = made_parents(dest)
             try:
-                cleanup(dest)
+                cleanup(dest, parents=False)
             except OSError as exc:
                 err = f"{host}: cleanup of {dest} failed: {exc}"
+            # receivers sharing a parent (per-rank copies): remove made directories in rounds,
+            # so the one who made a shared parent removes it after the others emptied it
+            for _ in range(leaders.allreduce(len(made), op=MPI.MAX)):
+                made = [d for d in made if d not in remove_empty(made)]
+                leaders.Barrier()
             errs = [e for e in leaders.gather(err, root=0) or [] if e]
             status = _report(world, errs, None, a.json)
         else:

@@ -1,6 +1,6 @@
 """What runs once on each node for the ``sbcast`` transport and end-of-job cleanup:
 
-    python -m shoal.bundle.node prepare --dir DIR
+    python -m shoal.bundle.node prepare --to DEST --dir DIR
     python -m shoal.bundle.node unpack --to DEST [--fresh] [--remove-inputs] FILE --sha256=HEX ...
     python -m shoal.bundle.node cleanup --to DEST
 """
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from .archive import BundleError
-from .install import cleanup, unpack_bundles
+from .install import cleanup, ensure_parent, unpack_bundles
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m shoal.bundle.node")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare")
+    p.add_argument("--to", required=True, type=Path)
     p.add_argument("--dir", required=True, type=Path)
     u = sub.add_parser("unpack")
     u.add_argument("--to", required=True, type=Path)
@@ -35,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     host = socket.gethostname()
     try:
         if a.cmd == "prepare":
+            ensure_parent(Path(os.path.abspath(a.to)))  # recorded, so cleanup removes it
             os.makedirs(a.dir, mode=0o700, exist_ok=True)
         elif a.cmd == "cleanup":
             cleanup(a.to)

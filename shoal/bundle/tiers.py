@@ -357,7 +357,7 @@ def _maybe_add_shoal(plan: Plan, arc: str, sources: Iterable[str], include_shoal
     if any(e.arc == f"{arc}/shoal" for e in plan.entries):
         return
     here = Path(__file__).resolve().parent.parent
-    _walk(plan, here, f"{arc}/shoal", lambda rel: rel.split(os.sep)[0] == "__pycache__" or "__pycache__" in rel.split(os.sep))
+    _walk(plan, here, f"{arc}/shoal", lambda rel: "__pycache__" in rel.split(os.sep))
 
 
 def plan_app(app: Path, excludes: Sequence[str] = APP_EXCLUDES) -> Plan:

@@ -166,7 +166,7 @@ def _sbcast(paths: list[Path], dest: Path, fresh: bool, python: str | None) -> i
     unpacker per node (which verifies, installs atomically and deletes the copies)."""
     py = python or sys.executable
     incoming = dest.parent / f".{dest.name}.shoal-in-{os.environ.get('SLURM_JOB_ID', 'x')}"
-    rc = _srun_each_node([py, "-m", "shoal.bundle.node", "prepare", "--dir", str(incoming)])
+    rc = _srun_each_node([py, "-m", "shoal.bundle.node", "prepare", "--to", str(dest), "--dir", str(incoming)])
     if rc != 0:
         return rc
     args = []

@@ -7,7 +7,8 @@ cache it by id); a task carries only its function id and its pickled arguments.
 from __future__ import annotations
 
 import pickle
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import cloudpickle
 

@@ -205,7 +205,7 @@ class Executor(cf.Executor):
              timeout: float | None, chunksize: int | None,
              after: tuple[cf.Future, ...], cores: int) -> Iterator[Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
-        items = list(zip(*iterables))
+        items = list(zip(*iterables, strict=False))
         if chunksize is None:
             chunksize = max(1, math.ceil(len(items) / (4 * max(1, self._slots))))
         if chunksize < 1:

@@ -1,15 +1,15 @@
 """Scheduler core: pure logic, no I/O. Events in, decisions out.
 
-The head's server feeds it events (tasks submitted, agent joined or left, credit granted,
+The head's server feeds it events (tasks submitted, agent joined or left, window changed,
 results in, cancellations) and performs the decisions it returns (send these tasks to
 that agent, resolve those tasks at their owner). Nothing here touches a socket, a clock
 or a process, so tests drive it directly and a simulator can drive it with thousands of
 fake agents.
 
 Schedules
-- dynamic (default): a FIFO ready queue; an agent pulls by granting credit (cores it can
-  take: its slots times (1 + prefetch) at first, then what finishes or blocks), and the core
-  hands it the oldest ready tasks that fit.
+- dynamic (default): a FIFO ready queue; each agent says how many cores' worth of
+  unfinished tasks it wants (its window: slots x (1 + prefetch), more when its tasks are
+  short or blocked on sub-tasks), and the core hands it the oldest ready tasks that fit.
 - static: a batch is split up front into contiguous blocks, one per slot of the agents
   known at that moment (mpi4py-scatter style), and pushed whatever the credit.
 
@@ -51,8 +51,13 @@ class Task:
 class AgentState:
     name: bytes
     slots: int
-    credit: int = 0
+    window: int = 0      # cores' worth of unfinished tasks the agent wants (it says so)
+    inflight: int = 0    # cores' worth of unfinished tasks it has
     running: set[int] = field(default_factory=set)
+
+    @property
+    def credit(self) -> int:
+        return self.window - self.inflight
 
 
 @dataclass
@@ -123,12 +128,14 @@ class SchedulerCore:
     def total_slots(self) -> int:
         return sum(a.slots for a in self.agents.values())
 
-    def grant(self, name: bytes, credit: int) -> Decisions:
+    def set_window(self, name: bytes, window: int) -> Decisions:
+        """The agent wants ``window`` cores' worth of unfinished tasks (absolute, so a
+        smaller window takes effect at once and no credit is ever lost or double-counted)."""
         d = Decisions()
         agent = self.agents.get(name)
         if agent is None:
             return d
-        agent.credit += credit
+        agent.window = window
         self._fill(agent, d)
         return d
 
@@ -177,20 +184,29 @@ class SchedulerCore:
             task = self.tasks.get(item[0])
             if task is None:
                 continue  # cancelled or already resolved
-            if agent is not None:
+            if agent is not None and task.tid in agent.running:
                 agent.running.discard(task.tid)
+                agent.inflight -= task.cores
             self._finish(task, item[1], item[2], d, item)
         if self.ready:
             self._fill_all(d)
         return d
 
     def cancel(self, tids: list[int], owner: bytes) -> tuple[list[int], Decisions]:
-        """Cancel tasks not yet dispatched; returns the tids really cancelled."""
+        """Cancel tasks not yet dispatched; returns the tids really cancelled.
+
+        Tasks already on an agent are listed in ``Decisions.revoke`` (agent -> tids): the
+        agent may still hold them unstarted in its queue; see :meth:`cancelled_on_agent`.
+        """
         d = Decisions()
         done: list[int] = []
         for tid in tids:
             task = self.tasks.get(tid)
-            if task is None or task.owner != owner or task.state == DISPATCHED:
+            if task is None or task.owner != owner:
+                continue
+            if task.state == DISPATCHED:
+                if task.agent is not None:
+                    d.revoke.setdefault(task.agent, []).append(tid)
                 continue
             if task.state == QUEUED and not task.static:
                 try:
@@ -203,6 +219,22 @@ class SchedulerCore:
             self._finish(task, CANCELLED, b"", d, notify_owner=False)
         return done, d
 
+    def cancelled_on_agent(self, agent_name: bytes, tids: list[int]) -> Decisions:
+        """The agent dropped these tasks from its queue before they started."""
+        d = Decisions()
+        agent = self.agents.get(agent_name)
+        for tid in tids:
+            task = self.tasks.get(tid)
+            if task is None or task.agent != agent_name:
+                continue
+            if agent is not None and tid in agent.running:
+                agent.running.discard(tid)
+                agent.inflight -= task.cores
+            self._finish(task, CANCELLED, b"", d, notify_owner=False)
+        if self.ready:
+            self._fill_all(d)
+        return d
+
     def cancel_owner(self, owner: bytes) -> Decisions:
         """The owner went away: drop its queued tasks, revoke dispatched ones."""
         d = Decisions()
@@ -210,8 +242,9 @@ class SchedulerCore:
             if task.state == DISPATCHED and task.agent is not None:
                 d.revoke.setdefault(task.agent, []).append(task.tid)
                 agent = self.agents.get(task.agent)
-                if agent is not None:
+                if agent is not None and task.tid in agent.running:
                     agent.running.discard(task.tid)
+                    agent.inflight -= task.cores
             self._finish(task, CANCELLED, b"", d, notify_owner=False)
         if self.ready:
             self.ready = deque(t for t in self.ready if t in self.tasks)
@@ -273,7 +306,7 @@ class SchedulerCore:
                     continue
                 ready.appendleft(tid)  # wait for enough credit on this agent
                 break
-            agent.credit -= task.cores
+            agent.inflight += task.cores
             task.state = DISPATCHED
             task.agent = agent.name
             agent.running.add(tid)
@@ -319,7 +352,7 @@ class SchedulerCore:
                 task.state = DISPATCHED
                 task.agent = agent.name
                 agent.running.add(task.tid)
-                agent.credit -= task.cores
+                agent.inflight += task.cores
                 spec = list(task.spec)
                 spec[T_HINT] = index
                 d.send(agent.name, spec)

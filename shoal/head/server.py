@@ -69,6 +69,8 @@ class Head:
         self.next_origin = 1
         self.running = True
         self.bad_messages = 0
+        self._cancels: dict[int, list[Any]] = {}   # key -> [client, req, done, agents, t]
+        self._cancel_seq = 0
         self._out_tasks: dict[bytes, list[Any]] = defaultdict(list)
         self._out_results: dict[bytes, list[Any]] = defaultdict(list)
 
@@ -132,14 +134,26 @@ class Head:
             self._apply(self.core.submit(msg[1], ident, static=bool(msg[3])))
         elif kind == P.CREDIT:
             if peer is not None:
-                self._apply(self.core.grant(ident, msg[1]))
+                self._apply(self.core.set_window(ident, msg[1]))
         elif kind == P.HELLO:
             self._hello(ident, msg[1], msg[2])
         elif kind == P.CANCEL:
+            if peer is not None and peer.role == "agent":
+                self._agent_cancelled(ident, msg[1], msg[2])
+                return
             req, tids = msg[1], msg[2]
             done, d = self.core.cancel(tids, ident)
+            on_agents, d.revoke = d.revoke, {}
             self._apply(d)
-            self._send(ident, [P.CANCEL, req, done])
+            if not on_agents:
+                self._send(ident, [P.CANCEL, req, done])
+                return
+            # Ask the agents holding the rest to drop them if they have not started.
+            self._cancel_seq += 1
+            key = self._cancel_seq
+            self._cancels[key] = [ident, req, done, set(on_agents), time.monotonic()]
+            for agent, agent_tids in on_agents.items():
+                self._send(agent, [P.CANCEL, key, agent_tids])
         elif kind == P.STATS:
             self._send(ident, [P.STATS, msg[1], self.stats()])
         elif kind == P.HEARTBEAT:
@@ -172,12 +186,25 @@ class Head:
             log.info("agent %s joined with %d slots", ident.decode(errors="replace"), peer.slots)
             self._apply(self.core.add_agent(ident, peer.slots))
 
+    def _agent_cancelled(self, agent: bytes, key: int, tids: list[int]) -> None:
+        self._apply(self.core.cancelled_on_agent(agent, tids))
+        pending = self._cancels.get(key)
+        if pending is None:
+            return
+        pending[2].extend(tids)
+        pending[3].discard(agent)
+        if not pending[3]:
+            del self._cancels[key]
+            self._send(pending[0], [P.CANCEL, pending[1], pending[2]])
+
     def _bye(self, ident: bytes, reason: str) -> None:
         peer = self.peers.pop(ident, None)
         if peer is None:
             return
         if peer.role == "agent":
             self._apply(self.core.remove_agent(ident, reason))
+            for key in [k for k, c in self._cancels.items() if ident in c[3]]:
+                self._agent_cancelled(ident, key, [])
         else:
             self._apply(self.core.cancel_owner(ident))
             if self.exit_when_idle and not any(p.role == "client" for p in self.peers.values()):
@@ -236,7 +263,7 @@ class Head:
             log.debug("send to %r failed: %s", ident, exc)
 
     def _stop_agents(self) -> None:
-        for ident, peer in list(self.peers.items()):
+        for ident, _peer in list(self.peers.items()):
             self._send(ident, [P.SHUTDOWN])
         self.peers.clear()
 

@@ -50,6 +50,7 @@ _WORDLIKE = frozenset({
     "expansion", "concatenation", "number", "command_substitution", "arithmetic_expansion",
     "test_operator", "regex", "extglob_pattern", "brace_expression",
 })
+_SPECIAL_WORD = re.compile(rb"[\\~*?\[{]")
 _BRACE = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
 
 
@@ -85,6 +86,10 @@ class Result:
 
 def _line(node: Node) -> int:
     return node.start_point[0] + 1
+
+
+def _key(node: Node) -> tuple[int, int]:
+    return (node.start_byte, node.end_byte)
 
 
 def _text(node: Node) -> str:
@@ -197,6 +202,23 @@ def brace_expand(text: str) -> list[str]:
     return [text]
 
 
+_DEFAULT_IFS = " \t\n"
+
+
+@lru_cache(maxsize=16)
+def _ifs_splitter(ifs: str) -> re.Pattern[str]:
+    # IFS white space separates runs; other IFS characters separate single fields
+    ws = "".join(c for c in ifs if c in " \t\n")
+    other = "".join(c for c in ifs if c not in " \t\n")
+    parts = []
+    if ws:
+        parts.append("[" + re.escape(ws) + "]+")
+    if other:
+        w = "[" + re.escape(ws) + "]*" if ws else ""
+        parts.append(w + "[" + re.escape(other) + "]" + w)
+    return re.compile("|".join(reversed(parts)))
+
+
 class _Fields:
     """Builds the fields of one word during expansion (word splitting happens here)."""
 
@@ -211,17 +233,22 @@ class _Fields:
         self.cur.append((text, quoted))
 
     def split(self, text: str, ifs: str) -> None:
+        if ifs == _DEFAULT_IFS and " " not in text and "\t" not in text and "\n" not in text:
+            if text:  # nothing to split (the usual case)
+                self.lit(text, False)
+            return
         if ifs == "":
             if text:
                 self.lit(text, False)
             return
-        ws = "".join(c for c in ifs if c in " \t\n")
-        pat = "[" + re.escape(ws) + "]+" if ws else None
-        pieces = re.split(pat, text) if pat else [text]
+        hard = any(c not in " \t\n" for c in ifs)  # a:b::c has an empty field
+        pieces = _ifs_splitter(ifs).split(text.strip(" \t\n") if hard else text)
+        if hard and pieces and pieces[-1] == "":
+            pieces.pop()
         for k, piece in enumerate(pieces):
             if k:
                 self.cur = None
-            if piece:
+            if piece or hard:
                 self.lit(piece, False)
 
     def brk(self) -> None:
@@ -256,6 +283,11 @@ class Interpreter:
         self._control: list[set[int]] = []   # steps the next steps depend on (`a && b`)
         self._guard: int | None = None       # line of a run-time condition we are under
         self._dirstack: list[str] = []
+        self._extra: dict[tuple[int, int], list[Node]] = {}  # redirects moved onto a node
+        self._env_gen = 0
+        self._pre_argv: dict[tuple[int, int], list[str]] = {}
+        self._env_key: tuple[int, int] | None = None
+        self._env_cache: dict[str, str] = {}
 
     # ------------------------------------------------------------------ entry points
     def run_source(self, source: bytes) -> Result:
@@ -332,6 +364,8 @@ class Interpreter:
         self._check_guard(f"assignment to {name}")
         if local and self.locals:
             self.locals[-1].setdefault(name, self.vars.get(name))
+        if name in self.exported:
+            self._env_gen += 1
         self.vars[name] = value
 
     def _check_guard(self, what: str) -> None:
@@ -359,6 +393,7 @@ class Interpreter:
             if export:
                 self._check_guard("export")
                 self.exported.add(name)
+                self._env_gen += 1
         return 0
 
     def _x_unset_command(self, node: Node) -> int:
@@ -369,6 +404,7 @@ class Interpreter:
                 continue
             self.vars.pop(name, None)
             self.functions.pop(name, None)
+            self._env_gen += 1
         return 0
 
     def _x_function_definition(self, node: Node) -> int:
@@ -554,6 +590,7 @@ class Interpreter:
             yield
         finally:
             self.vars, self.exported, self.positional, self.cwd, self.functions = saved
+            self._env_gen += 1
 
     def _x_test_command(self, node: Node) -> int:
         double = node.children[0].type == "[["
@@ -582,8 +619,13 @@ class Interpreter:
                      if node.field_name_for_child(i) == "redirect"]
         if body is None:  # bare `> file` truncates
             return self._emit_list([("", node)])
-        if body.type in ("command", "pipeline", "negated_command", "list"):
-            return self._emit_list(self._flatten_list(node))
+        if body.type == "list":
+            # tree-sitter hangs `a && b > f` on the list; in bash it belongs to `b` alone
+            items = self._flatten_list(body)
+            self._extra[_key(items[-1][1])] = redirects
+            return self._x_list(body)
+        if body.type in ("command", "pipeline", "negated_command"):
+            return self._emit_list([("", node)])
         if body.type in ("while_statement", "for_statement", "compound_statement"):
             lines = self._static_input(redirects)
             if lines is not None:
@@ -715,6 +757,7 @@ class Interpreter:
             return method(argv[1:])
         if self._capture:
             return self._static_pipeline([node])
+        self._pre_argv[_key(node)] = argv  # _stage would expand the same words again
         return self._emit_list([("", node)])
 
     def _call(self, name: str, args: list[str]) -> int | None:
@@ -727,6 +770,7 @@ class Interpreter:
             return r.status
         finally:
             self.positional = saved
+            self._env_gen += 1
             for k, v in self.locals.pop().items():
                 if v is None:
                     self.vars.pop(k, None)
@@ -779,6 +823,7 @@ class Interpreter:
             if eq:
                 self.vars[name] = value
             self.exported.add(name)
+            self._env_gen += 1
         return 0
 
     def _b_set(self, args: list[str]) -> int:
@@ -1161,10 +1206,10 @@ class Interpreter:
             while node.type == "negated_command":
                 neg = not neg
                 node = _named(node)[0]
-            extra: list[Node] = []
+            extra: list[Node] = list(self._extra.get(_key(node), ()))
             if node.type == "redirected_statement":
                 extra = [c for i, c in enumerate(node.children)
-                         if node.field_name_for_child(i) == "redirect"]
+                         if node.field_name_for_child(i) == "redirect"] + extra
                 body = node.child_by_field_name("body")
                 node = body if body is not None else node
             if node.type == "pipeline":
@@ -1203,8 +1248,11 @@ class Interpreter:
                 assert n is not None
                 assigns[_text(n)] = self.expand_str(v) if v is not None else ""
         name = cmd.child_by_field_name("name")
-        argv = self.expand_words(([name] if name is not None else []) + [
-            c for i, c in enumerate(cmd.children) if cmd.field_name_for_child(i) == "argument"])
+        argv = self._pre_argv.pop(_key(cmd), None)
+        if argv is None:
+            argv = self.expand_words(([name] if name is not None else []) + [
+                c for i, c in enumerate(cmd.children)
+                if cmd.field_name_for_child(i) == "argument"])
         for i, c in enumerate(cmd.children):  # redirects written inside the command node
             if cmd.field_name_for_child(i) == "redirect":
                 redirect_nodes.append(c)
@@ -1311,30 +1359,42 @@ class Interpreter:
                     step.uses.append(FileUse(path, INOUT if self.fs.exists(path) else OUT, loc))
                 else:
                     step.uses.append(FileUse(path, OUT, loc))
+        if compound:
+            # `a || b`: either may not run, so a file it writes may keep its old content
+            for u in step.uses:
+                if u.role == OUT and self.fs.exists(u.path):
+                    u.role = INOUT
         self._check_and_apply(step, compound)
         self.steps.append(step)
         return 0 if always_ok else None
 
     def _env_diff(self) -> dict[str, str]:
+        # recomputed only when an exported variable may have changed (set_var/export/unset)
+        key = (id(self.vars), self._env_gen)
+        if self._env_key == key:
+            return self._env_cache
         env: dict[str, str] = {}
         for k in self.exported:
             v = self.vars.get(k)
             if v is not None and self.environ.get(k) != v and k not in ("PWD", "OLDPWD", "_"):
                 env[k] = v
+        self._env_key, self._env_cache = key, env
         return env
+
+    def _shown(self, path: str) -> str:
+        return os.path.relpath(path, self.cwd) if path.startswith(self.workdir) else path
 
     def _check_and_apply(self, step: Step, compound: bool) -> None:
         for u in step.uses:
-            shown = os.path.relpath(u.path, self.cwd) if u.path.startswith(self.workdir) \
-                else u.path
             if u.role in (IN, INOUT) and not compound:
                 if not self.fs.exists(u.path):
+                    shown = self._shown(u.path)
                     raise self.error(f"{step.programs[0] if step.programs else 'command'} reads "
                                      f"'{shown}', which does not exist at this point of the "
                                      "script (no earlier command creates it)")
                 if u.path not in self.fs.written and self.fs.isfile(u.path) and \
                         not os.access(u.path, os.R_OK):
-                    raise self.error(f"cannot read '{shown}': permission denied")
+                    raise self.error(f"cannot read '{self._shown(u.path)}': permission denied")
             if u.role in (OUT, INOUT, DEL) and self.strict and not (
                     u.path == self.workdir or u.path.startswith(self.workdir + os.sep)):
                 raise self.error(f"writes '{u.path}', outside the working tree {self.workdir} "
@@ -1354,8 +1414,14 @@ class Interpreter:
         """Expand argument nodes into words: parameters, splitting, globbing, braces."""
         out: list[str] = []
         for n in nodes:
-            if n.type in ("word", "concatenation", "brace_expression") and "{" in _text(n) and (
-                    _BRACE.search(_text(n))):
+            t = n.type
+            if t == "word" or t == "number":
+                raw = n.text or b""
+                if not _SPECIAL_WORD.search(raw):  # plain word: itself (hot path)
+                    out.append(raw.decode(errors="surrogateescape"))
+                    continue
+            if t in ("word", "concatenation", "brace_expression") and b"{" in (
+                    n.text or b"") and _BRACE.search(_text(n)):
                 alts = brace_expand(_text(n))
                 if len(alts) > 1 or alts[0] != _text(n):
                     for alt in alts:
@@ -1371,6 +1437,10 @@ class Interpreter:
         return out
 
     def _glob_field(self, fl: list[tuple[str, bool]]) -> list[str]:
+        if len(fl) == 1:
+            t, q = fl[0]
+            if q or not has_glob(t):
+                return [t]
         if any(not q and has_glob(t) for t, q in fl):
             pattern = "".join(_escape_glob(t) if q else t for t, q in fl)
             matches = self.fs.glob(pattern, self.cwd)
@@ -1406,11 +1476,29 @@ class Interpreter:
             f.lit(_ansi_c(_text(node)[2:-1]), True)
         elif t in ("string", "translated_string"):
             f.lit("", True)  # "" is an (empty) field
-            for c in node.children:
+            # tree-sitter leaves some text (white space) out of string_content nodes: take
+            # the gaps between children from the source
+            raw = node.text or b""
+            base = node.start_byte
+            kids = node.children
+            pos = kids[0].end_byte if kids else base
+            for c in kids[1:]:
+                if c.start_byte > pos:
+                    f.lit(_dq_unescape(raw[pos - base:c.start_byte - base].decode(
+                        errors="surrogateescape")), True)
+                if c is kids[-1] and not c.is_named:
+                    # the closing quote token may carry white space before it: ' "'
+                    closing = _text(c)
+                    if len(closing) > 1 and closing.endswith('"'):
+                        f.lit(_dq_unescape(closing[:-1]), True)
+                    break
                 if c.type == "string_content":
                     f.lit(_dq_unescape(_text(c)), True)
                 elif c.is_named:
                     self._expand_into(c, f, quoted=True)
+                else:
+                    f.lit(_text(c), True)
+                pos = c.end_byte
         elif t in ("simple_expansion", "expansion"):
             self._parameter(node, f, quoted)
         elif t == "command_substitution":
@@ -1642,6 +1730,13 @@ class Interpreter:
             op = _text(node.children[1])
             v = self._var_int(name)
             self.set_var(name, str(v + (1 if op == "++" else -1)))
+            return v
+        if t == "variable_assignment":
+            name_node = node.child_by_field_name("name")
+            value = node.child_by_field_name("value")
+            assert name_node is not None
+            v = self.arith(value) if value is not None else 0
+            self.set_var(_text(name_node), str(v))
             return v
         if t == "ternary_expression":
             parts = [c for c in node.children if c.is_named]

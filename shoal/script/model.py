@@ -75,8 +75,11 @@ class Step:
     programs: list[str] = field(default_factory=list)
     mkdirs: list[str] = field(default_factory=list)  # directories this step creates
 
-    def render(self, subst: dict[tuple[int, str, int], str] | None = None) -> str:
-        """The step as one ``sh`` command line, with file names replaced as ``subst`` says."""
+    def render(self, subst: dict[tuple[int, str, int], str | None] | None = None) -> str:
+        """The step as one ``sh`` command line, with words replaced as ``subst`` says.
+
+        ``subst`` maps a location (see :class:`FileUse`) to its new word, or to None to drop it.
+        """
         subst = subst or {}
         parts: list[str] = []
         bodies: list[str] = []  # here-document bodies follow the whole command line
@@ -85,8 +88,13 @@ class Step:
             for si in group:
                 st = self.stages[si]
                 w = [f"{k}={shlex.quote(v)}" for k, v in st.assigns.items()]
-                w += [shlex.quote(subst.get((si, "a", i), a)) for i, a in enumerate(st.argv)]
+                for i, a in enumerate(st.argv):
+                    new = subst.get((si, "a", i), a)
+                    if new is not None:
+                        w.append(shlex.quote(new))
                 w += [r.render(subst.get((si, "r", i))) for i, r in enumerate(st.redirects)]
+                if not st.argv and not st.redirects and not st.assigns:
+                    w.append(":")
                 if st.heredoc is not None:
                     w.append(f"<<'SHOAL_EOF_{si}'")
                     bodies.append(f"{st.heredoc}SHOAL_EOF_{si}")

@@ -146,7 +146,10 @@ class Semantics:
         def use(path: str, role: str, idx: int | None, prefix: str = "") -> None:
             if path in ("", "-") or path.startswith("/dev/"):
                 return
-            full = os.path.normpath(os.path.join(cwd, os.path.expanduser(path)))
+            if path[0] not in "/~." and "/." not in path and "//" not in path:
+                full = cwd + "/" + path  # already normal: skip normpath (hot path)
+            else:
+                full = os.path.normpath(os.path.join(cwd, os.path.expanduser(path)))
             res.uses.append(FileUse(full, role, None if idx is None else (stage, "a", idx), prefix))
 
         for o, _v, _idx, _p in opts:
@@ -217,7 +220,7 @@ class Semantics:
             self._copy_like(spec, kind, pos, opts, flags, cwd, fs, use, res)
         elif kind == "remove":
             recursive = any(spec.has("dir_flags", f) for f in flags) or spec.name == "rmdir"
-            for a, _k in pos:
+            for a, k in pos:
                 full = os.path.normpath(os.path.join(cwd, a))
                 if fs.isdir(full):
                     if not recursive:
@@ -226,7 +229,7 @@ class Semantics:
                         res.uses.append(FileUse(f, DEL, None))
                     res.uses.append(FileUse(full, DEL, None))  # the directory itself
                 elif fs.exists(full):
-                    use(a, DEL, None)
+                    use(a, DEL, k)
         elif kind == "touch":
             for a, k in pos:
                 full = os.path.normpath(os.path.join(cwd, a))
@@ -242,7 +245,8 @@ class Semantics:
             if spec.name in ("gunzip", "bunzip2", "unxz"):
                 suffix = {"gunzip": ".gz", "bunzip2": ".bz2", "unxz": ".xz"}[spec.name]
             for a, k in pos:
-                use(a, IN, k)
+                # the output name derives from the input's: both keep their names
+                use(a, IN, k if to_stdout else None)
                 if to_stdout:
                     continue
                 if dec:

@@ -24,7 +24,7 @@ def _compile_glob(pattern: str) -> re.Pattern[str]:
 
 def has_glob(text: str) -> bool:
     """True when ``text`` has an unescaped glob character (``*``, ``?`` or ``[``)."""
-    return any(c in text for c in "*?[")
+    return "*" in text or "?" in text or "[" in text
 
 
 class SimFS:
@@ -62,11 +62,14 @@ class SimFS:
 
     def kind(self, path: str) -> str | None:
         """``"f"``, ``"d"`` or None (absent) for an absolute path."""
-        path = os.path.normpath(path)
+        if "//" in path or "/." in path or path.endswith("/") or not path.startswith("/"):
+            path = os.path.normpath(path)
         if path == "/":
             return DIR
-        parent, name = os.path.split(path)
-        listing = self._listing(parent)
+        parent, _, name = path.rpartition("/")
+        listing = self._dirs.get(parent or "/")
+        if listing is None:
+            listing = self._listing(parent or "/")
         return None if listing is None else listing.get(name)
 
     def exists(self, path: str) -> bool:

@@ -1,0 +1,248 @@
+"""From steps to a DAG: file versions (static single assignment), dependencies, live files.
+
+Every write of a path makes a new *version* of it. Readers depend on the writer of the version
+they read (read-after-write), so writes to the same name by independent branches do not order
+each other. Versions then get a *physical* place:
+
+* the name the user wrote, for files present before the script starts, for the last version of
+  every file that still exists when bash would finish (final outputs land where bash puts them),
+  and for files an unknown program (a barrier) might see by name;
+* otherwise a scratch file (``g<group>_<basename>`` in the run's scratch directory): an
+  intermediate, deleted as soon as its last reader has finished.
+
+Versions that share one physical file (the real name, or an in-place edit chain) are ordered by
+write-after-read and write-after-write edges, which is all the ordering renaming cannot remove.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .model import DEL, IN, INOUT, OUT, Step
+
+
+@dataclass
+class Version:
+    """One version of a file: who wrote it, who read it, who removed it."""
+
+    id: int
+    path: str
+    writer: int | None            # step id; None: present before the script started
+    group: int                    # versions sharing one physical file (in-place edits)
+    readers: list[int] = field(default_factory=list)
+    deleter: int | None = None
+    pinned: bool = False          # must keep its real name
+    final: bool = False           # exists when the script ends
+
+
+@dataclass
+class Group:
+    """A physical file: one version, or a chain of in-place edits of it."""
+
+    id: int
+    path: str
+    versions: list[int] = field(default_factory=list)
+    real: bool = False
+    est_size: int = 0             # bytes, estimated from the inputs of its writers
+
+    @property
+    def scratch_name(self) -> str:
+        return f"g{self.id}_{os.path.basename(self.path)}"
+
+
+@dataclass
+class Dag:
+    """The compiled graph."""
+
+    steps: list[Step]
+    preds: list[set[int]]
+    succs: list[set[int]]
+    versions: list[Version]
+    groups: list[Group]
+    # per step: argv/redirect location -> scratch group id, or -1 to drop the word (rm of scratch)
+    subst: list[dict[tuple[int, str, int], int]]
+    noop: set[int]                # steps with nothing left to do (rm of scratch files only)
+    scratch_users: dict[int, set[int]]  # scratch group -> steps that write or read it
+
+    @property
+    def edges(self) -> int:
+        return sum(len(p) for p in self.preds)
+
+    def scratch_groups(self) -> list[Group]:
+        return [g for g in self.groups if not g.real]
+
+    def final_outputs(self) -> list[str]:
+        return sorted({v.path for v in self.versions if v.final and v.writer is not None})
+
+
+def build_dag(steps: list[Step], workdir: str) -> Dag:
+    """Build the DAG of ``steps`` (in script order)."""
+    n = len(steps)
+    preds: list[set[int]] = [set() for _ in range(n)]
+    versions: list[Version] = []
+    groups: list[Group] = []
+    current: dict[str, Version] = {}
+    step_reads: list[list[tuple[int, Version]]] = [[] for _ in range(n)]
+    step_writes: list[list[tuple[int, Version]]] = [[] for _ in range(n)]
+    step_dels: list[list[tuple[int, Version]]] = [[] for _ in range(n)]
+
+    def new_version(path: str, writer: int | None, group: int | None) -> Version:
+        if group is None:
+            group = len(groups)
+            groups.append(Group(group, path))
+        v = Version(len(versions), path, writer, group)
+        versions.append(v)
+        groups[group].versions.append(v.id)
+        return v
+
+    def cur(path: str) -> Version:
+        v = current.get(path)
+        if v is None:  # first touch of a file present before the script
+            v = new_version(path, None, None)
+            current[path] = v
+        return v
+
+    dir_creator: dict[str, int] = {}
+    last_barrier: int | None = None
+    since_barrier: list[int] = []
+    for s in steps:
+        sid = s.id
+        p = preds[sid]
+        p.update(s.after)
+        # reads first (they see the versions before this step), then removals, then writes
+        for k, u in enumerate(s.uses):
+            if u.role in (IN, INOUT):
+                v = cur(u.path)
+                v.readers.append(sid)
+                step_reads[sid].append((k, v))
+                if u.loc is None:
+                    v.pinned = True
+        for k, u in enumerate(s.uses):
+            if u.role == DEL:
+                v = cur(u.path)
+                v.deleter = sid
+                step_dels[sid].append((k, v))
+                del current[u.path]
+        for k, u in enumerate(s.uses):
+            if u.role == OUT:
+                v = new_version(u.path, sid, None)
+            elif u.role == INOUT:
+                prev = next(pv for kk, pv in step_reads[sid] if kk == k)
+                v = new_version(u.path, sid, prev.group)
+            else:
+                continue
+            current[u.path] = v
+            step_writes[sid].append((k, v))
+            if u.loc is None:
+                v.pinned = True
+        # directories: a step inside or writing into a directory made by an earlier step
+        for path in [] if not dir_creator else [s.cwd] + [u.path for u in s.uses if u.role in (OUT, INOUT)]:
+            d = path if path == s.cwd else os.path.dirname(path)
+            while d.startswith(workdir) and d not in ("/", ""):
+                c = dir_creator.get(d)
+                if c is not None and c != sid:
+                    p.add(c)
+                    break
+                d = os.path.dirname(d)
+        for d in s.mkdirs:
+            dir_creator.setdefault(d, sid)
+        # barriers: an unknown program runs alone and sees every file under its real name
+        if s.barrier:
+            p.update(since_barrier)
+            if last_barrier is not None:
+                p.add(last_barrier)
+            for v in current.values():
+                v.pinned = True
+            last_barrier = sid
+            since_barrier = []
+        else:
+            if last_barrier is not None:
+                p.add(last_barrier)
+            since_barrier.append(sid)
+    for v in current.values():
+        v.final = True
+
+    # physical placement: a group is real if any of its versions must keep the name
+    for g in groups:
+        g.real = any(versions[i].writer is None or versions[i].pinned or versions[i].final
+                     for i in g.versions)
+
+    # read-after-write
+    for v in versions:
+        if v.writer is not None:
+            for r in v.readers:
+                if r != v.writer:
+                    preds[r].add(v.writer)
+            if v.deleter is not None and v.deleter != v.writer:
+                preds[v.deleter].add(v.writer)
+        if v.deleter is not None:
+            for r in v.readers:  # remove only after every reader is done
+                if r != v.deleter:
+                    preds[v.deleter].add(r)
+    # write-after-read / write-after-write between versions sharing one physical file
+    by_physical: dict[str, list[Version]] = {}
+    for v in versions:
+        key = v.path if groups[v.group].real else f"#scratch{v.group}"
+        by_physical.setdefault(key, []).append(v)
+    for chain in by_physical.values():
+        for a, b in zip(chain, chain[1:], strict=False):
+            if b.writer is None:
+                continue
+            for x in [a.writer, a.deleter, *a.readers]:
+                if x is not None and x != b.writer:
+                    preds[b.writer].add(x)
+            if a.deleter is not None and a.deleter != b.writer and b.writer is not None:
+                preds[b.writer].add(a.deleter)
+
+    # sizes of scratch files, estimated from their writers' inputs (for /dev/shm placement)
+    size_of: dict[int, int] = {}
+    for v in versions:
+        if v.writer is None:
+            try:
+                size_of[v.id] = os.path.getsize(v.path)
+            except OSError:
+                size_of[v.id] = 0
+        else:
+            ins = [size_of.get(rv.id, 0) for _k, rv in step_reads[v.writer]]
+            size_of[v.id] = max(sum(ins), 4096)
+        g = groups[v.group]
+        g.est_size = max(g.est_size, size_of[v.id])
+
+    # substitutions and scratch users
+    subst: list[dict[tuple[int, str, int], int]] = [{} for _ in range(n)]
+    noop: set[int] = set()
+    scratch_users: dict[int, set[int]] = {}
+    for s in steps:
+        pairs = step_reads[s.id] + step_writes[s.id]
+        for k, v in pairs:
+            g = groups[v.group]
+            if g.real:
+                continue
+            scratch_users.setdefault(g.id, set()).add(s.id)
+            loc = s.uses[k].loc
+            if loc is not None:
+                subst[s.id][loc] = g.id
+        dels = step_dels[s.id]
+        if dels and s.programs == ["rm"] and not pairs:
+            # rm of intermediates: scratch cleanup removes them, the words are dropped
+            scratch = [(k, v) for k, v in dels if not groups[v.group].real]
+            for k, _v in scratch:
+                loc = s.uses[k].loc
+                if loc is not None:
+                    subst[s.id][loc] = -1
+            if len(scratch) == len(dels):
+                noop.add(s.id)
+    for g in groups:
+        if not g.real:
+            for vid in g.versions:
+                v = versions[vid]
+                if v.deleter is not None:
+                    scratch_users.setdefault(g.id, set()).add(v.deleter)
+    succs: list[set[int]] = [set() for _ in range(n)]
+    for sid, ps in enumerate(preds):
+        ps.discard(sid)
+        for q in ps:
+            succs[q].add(sid)
+    return Dag(steps, preds, succs, versions, groups, subst, noop, scratch_users)
+

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from shoal import Executor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+
+
+@pytest.fixture(scope="module")
+def ex():
+    with Executor(workers=2) as executor:
+        yield executor
+
+
+def shoal_pids() -> set[int]:
+    """PIDs of shoal head/agent processes (and their workers) on this machine."""
+    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    pids = set()
+    for line in out.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        if "-m shoal.head" in args or "-m shoal.agent" in args:
+            pids.add(int(pid))
+    return pids
+
+
+def wait_gone(pids: set[int], timeout: float = 10.0) -> set[int]:
+    deadline = time.monotonic() + timeout
+    left = set(pids)
+    while left and time.monotonic() < deadline:
+        left = {p for p in left if _alive(p)}
+        time.sleep(0.05)
+    return left
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -1,0 +1,233 @@
+"""The Executor against a real local runtime: head, agent and worker processes."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import threading
+import time
+
+import pytest
+
+import shoal
+from shoal import Command, CommandError, DependencyError, Executor, TaskError, TaskLost, futures
+
+
+def inc(x):
+    return x + 1
+
+
+def boom(x):
+    raise ValueError(f"bad value {x}")
+
+
+def slow(x, t=0.2):
+    time.sleep(t)
+    return x
+
+
+def pid_of_worker(_=None):
+    return os.getpid()
+
+
+def tree(d):
+    if d == 0:
+        return 1
+    a = futures.submit(tree, d - 1)
+    b = futures.submit(tree, d - 1)
+    return a.result() + b.result()
+
+
+def tree_wait(d):
+    if d == 0:
+        return 1
+    fs = [futures.submit(tree_wait, d - 1) for _ in range(2)]
+    done, _ = shoal.wait(fs)
+    return sum(f.result() for f in done)
+
+
+def tree_as_completed(d):
+    if d == 0:
+        return 1
+    fs = [futures.submit(tree_as_completed, d - 1) for _ in range(3)]
+    return sum(f.result() for f in cf.as_completed(fs))  # stdlib name, patched in workers
+
+
+def test_is_a_concurrent_futures_executor(ex):
+    assert isinstance(ex, cf.Executor)
+    f = ex.submit(inc, 41)
+    assert isinstance(f, cf.Future)
+    assert f.result(timeout=30) == 42
+
+
+def test_map_is_ordered_with_and_without_chunks(ex):
+    xs = list(range(1000))
+    assert list(ex.map(inc, xs)) == [x + 1 for x in xs]
+    assert list(ex.map(inc, xs, chunksize=1)) == [x + 1 for x in xs]
+    assert list(ex.map(pow, range(20), range(20), chunksize=7)) == [x**x for x in range(20)]
+
+
+def test_map_timeout(ex):
+    it = ex.map(slow, [1, 2, 3], [2.0] * 3, timeout=0.3, chunksize=1)
+    with pytest.raises(TimeoutError):
+        list(it)
+
+
+def test_remote_exception_keeps_type_and_traceback(ex):
+    f = ex.submit(boom, 7)
+    with pytest.raises(ValueError, match="bad value 7") as info:
+        f.result(timeout=30)
+    cause = info.value.__cause__
+    assert isinstance(cause, shoal.RemoteTraceback)
+    assert "in boom" in cause.tb and "raise ValueError" in cause.tb
+    assert isinstance(f.exception(), ValueError)
+
+
+def test_lambda_and_closure_and_kwargs(ex):
+    k = 10
+    assert ex.submit(lambda x, y=1: x * k + y, 3, y=5).result(timeout=30) == 35
+
+
+def test_done_callbacks_run(ex):
+    got = []
+    ev = threading.Event()
+    f = ex.submit(inc, 1)
+    f.add_done_callback(lambda fut: (got.append(fut.result()), ev.set()))
+    assert ev.wait(30) and got == [2]
+
+
+def test_wait_and_as_completed_from_the_client(ex):
+    fs = [ex.submit(slow, i, 0.05 * (3 - i)) for i in range(3)]
+    done, not_done = shoal.wait(fs, timeout=30)
+    assert len(done) == 3 and not not_done
+    assert sorted(f.result() for f in shoal.as_completed(fs)) == [0, 1, 2]
+
+
+def test_unpicklable_argument_fails_only_its_future(ex):
+    lock = threading.Lock()
+    bad = ex.submit(inc, lock)
+    good = ex.submit(inc, 1)
+    with pytest.raises(TypeError, match="cannot send the arguments of inc"):
+        bad.result(timeout=30)
+    assert good.result(timeout=30) == 2
+
+
+def test_unpicklable_result_is_a_clear_error(ex):
+    f = ex.submit(threading.Lock)
+    with pytest.raises(TypeError, match="result of the task cannot be sent back"):
+        f.result(timeout=30)
+
+
+def test_cancel_while_queued(ex):
+    blockers = [ex.submit(slow, i, 1.0) for i in range(6)]
+    queued = [ex.submit(inc, i) for i in range(50)]
+    time.sleep(0.1)
+    cancelled = [f for f in queued[-20:] if f.cancel()]
+    assert cancelled, "queued tasks could not be cancelled"
+    for f in cancelled:
+        assert f.cancelled()
+        with pytest.raises(cf.CancelledError):
+            f.result(timeout=1)
+    assert [f.result(timeout=30) for f in blockers] == list(range(6))
+    for f in queued:
+        if not f.cancelled():
+            assert f.result(timeout=30) == queued.index(f) + 1
+
+
+def test_nested_tree_depth_10_on_two_workers(ex):
+    assert ex.submit(tree, 10).result(timeout=120) == 1024
+
+
+def test_nested_wait_and_as_completed(ex):
+    assert ex.submit(tree_wait, 6).result(timeout=60) == 64
+    assert ex.submit(tree_as_completed, 4).result(timeout=60) == 81
+
+
+def test_command_results(ex, tmp_path):
+    r = ex.submit(Command(["sh", "-c", "echo out; echo err >&2; exit 3"])).result(timeout=30)
+    assert (r.returncode, r.stdout, r.stderr) == (3, b"out\n", b"err\n")
+    r = ex.submit(Command("pwd; echo $FOO", cwd=str(tmp_path), env={"FOO": "bar"})).result(timeout=30)
+    assert r.stdout.decode().split() == [str(tmp_path), "bar"]
+    out = tmp_path / "o.txt"
+    r = ex.submit(Command(["echo", "to file"], stdout=str(out))).result(timeout=30)
+    assert r.returncode == 0 and out.read_text() == "to file\n"
+
+
+def test_command_check_and_missing_program(ex):
+    with pytest.raises(CommandError) as info:
+        ex.submit(Command("echo nope >&2; exit 4", check=True)).result(timeout=30)
+    assert info.value.returncode == 4 and b"nope" in info.value.stderr
+    with pytest.raises(TaskError, match="command not found: 'no-such-program-xyz'"):
+        ex.submit(Command(["no-such-program-xyz", "a"])).result(timeout=30)
+    assert ex.submit(Command(["true"])).result(timeout=30).returncode == 0
+
+
+def test_dependencies(ex, tmp_path):
+    p = tmp_path / "x"
+    a = ex.submit(Command(f"sleep 0.2; echo a > {p}"))
+    b = ex.options(after=[a]).submit(Command(f"cat {p}"))
+    assert b.result(timeout=30).stdout == b"a\n"
+    bad = ex.submit(boom, 1)
+    skipped = ex.options(after=[bad]).submit(inc, 1)
+    with pytest.raises(DependencyError):
+        skipped.result(timeout=30)
+    later = ex.options(after=[bad]).submit(inc, 1)  # dependency already known failed
+    with pytest.raises(DependencyError):
+        later.result(timeout=30)
+
+
+def test_impossible_cores_request(ex):
+    with pytest.raises(TaskError, match="asks for 64 cores but the largest agent has 2"):
+        ex.options(cores=64).submit(inc, 1).result(timeout=30)
+
+
+def crash(how):
+    if how == "exit":
+        os._exit(3)
+    import ctypes
+
+    ctypes.string_at(0)  # segfault
+
+
+def test_worker_death_fails_only_its_task(ex):
+    others = [ex.submit(slow, i, 0.05) for i in range(10)]
+    with pytest.raises(TaskLost, match="exited with status 3"):
+        ex.submit(crash, "exit").result(timeout=60)
+    with pytest.raises(TaskLost, match="SIGSEGV"):
+        ex.submit(crash, "segv").result(timeout=60)
+    assert [f.result(timeout=60) for f in others] == list(range(10))
+    assert ex.submit(inc, 1).result(timeout=60) == 2  # replacement workers serve
+
+
+def test_static_schedule_pins_blocks_to_workers():
+    with Executor(workers=2, schedule="static") as ex:
+        pids = list(ex.map(pid_of_worker, range(8), chunksize=1))
+    assert len(set(pids)) == 2
+    assert pids[:4] == [pids[0]] * 4 and pids[4:] == [pids[4]] * 4
+
+
+def test_prefetch_zero_and_many_slots_of_commands():
+    with Executor(workers=0, slots=20, prefetch=0) as ex:
+        t = time.monotonic()
+        fs = [ex.submit(Command(["sleep", "0.5"])) for _ in range(20)]
+        assert all(f.result(timeout=30).returncode == 0 for f in fs)
+        assert time.monotonic() - t < 5  # all 20 ran at once, not one after another
+
+
+def test_shutdown_cancel_futures_and_reject_after():
+    ex = Executor(workers=1)
+    first = ex.submit(slow, 1, 0.5)
+    rest = [ex.submit(slow, i, 0.5) for i in range(20)]
+    time.sleep(0.3)  # first is running by now
+    ex.shutdown(wait=True, cancel_futures=True)
+    assert first.result(timeout=1) == 1
+    assert any(f.cancelled() for f in rest)
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        ex.submit(inc, 1)
+
+
+def test_drops_into_code_that_takes_a_map_hook(ex):
+    def analysis(data, map=map):  # noqa: A002 - the common `map=` hook pattern
+        return sum(map(inc, data))
+
+    assert analysis(range(100), map=ex.map) == sum(range(1, 101))
