@@ -95,22 +95,22 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         data = sys.stdin.buffer.read() if args.taskfile == "-" else open(args.taskfile, "rb").read()
     except OSError as exc:
-        err.print(f"shoal run: cannot read task file {args.taskfile!r}: {exc.strerror}")
+        _say(f"cannot read task file {args.taskfile!r}: {exc.strerror}")
         return 2
     if args.cores_per_task < 1:
-        err.print("shoal run: --cores-per-task must be at least 1")
+        _say("--cores-per-task must be at least 1")
         return 2
     if args.slots is not None and args.slots < 1:
-        err.print("shoal run: -j/--slots must be at least 1")
+        _say("-j/--slots must be at least 1")
         return 2
     if args.slots is not None and args.cores_per_task > args.slots:
-        err.print(f"shoal run: --cores-per-task {args.cores_per_task} exceeds -j {args.slots}")
+        _say(f"--cores-per-task {args.cores_per_task} exceeds -j {args.slots}")
         return 2
     items = list(parse_taskfile(data, args.taskfile))
     bad = [i for i in items if isinstance(i, BadLine)]
     lines = [i for i in items if isinstance(i, Line)]
     for b in bad:
-        err.print(f"shoal run: {b.error}", markup=False)
+        _say(f"{b.error}")
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
     return _execute(args, lines, bad, err)
@@ -179,7 +179,7 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine], er
                 progress.update(bar, completed=done, running=min(slots, len(by_future)),
                                 failed=len(failed))
     except KeyboardInterrupt:
-        err.print("shoal run: interrupted; stopping all tasks")
+        _say("interrupted; stopping all tasks")
         ex.shutdown(wait=False, cancel_futures=True)
         ex._terminate()
         return 130
@@ -190,6 +190,11 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine], er
     if not args.no_summary:
         _summary(err, len(lines), ok, failed, bad, wall)
     return 1 if failed or bad else 0
+
+
+def _say(message: str) -> None:
+    # one plain line, never wrapped: errors must stay greppable
+    print(f"shoal run: {message}", file=sys.stderr, flush=True)
 
 
 def _write(stream: Any, data: bytes) -> None:

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# One-time set-up on a fresh Debian 12 machine (idempotent): a venv with shoal and its
+# test tools in .venv, plus the system tools the tests use (NCO, OpenMPI, strace).
+#   bash scripts/setup.sh            # everything
+#   SHOAL_SETUP_MINIMAL=1 bash scripts/setup.sh   # only the venv (enough for the demo)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
+if [ -n "${SHOAL_SETUP_MINIMAL:-}" ]; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e .
+  exit 0
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+bash scripts/setup-script-deps.sh
+bash scripts/setup-bundle-deps.sh .venv
