@@ -107,6 +107,7 @@ class Agent:
         self.func_blobs: dict[int, bytes] = {}
         self.mean: dict[int, float] = {}     # per function (and kind): EWMA of run time
         self.recent_mean = QUEUE_TARGET_S    # of the last batch of results
+        self.cmd_mean = QUEUE_TARGET_S       # EWMA of command run time (launch to exit)
         self.head_credit = 0      # window to send to the head at the next flush (0: none)
         self.sent_window = -1
         self.out_results: list[list[Any]] = []
@@ -336,6 +337,8 @@ class Agent:
         for w in self.workers.values():
             if w.ready:
                 window += len(w.blocked) + extra
+        if self.cmd_mean < QUEUE_TARGET_S:  # short commands: queue enough to cover a round trip
+            window += min(QUEUE_MAX, int(self.slots * QUEUE_TARGET_S / max(self.cmd_mean, 1e-5)))
         if window != self.sent_window:
             self.sent_window = window
             self.head_credit = window
@@ -417,11 +420,14 @@ class Agent:
             self._maybe_done(run)
 
     def _maybe_done(self, run: launcher.Running) -> None:
-        if run.status is None or any(fd in self.cmd_pipes for fd in run.pipes):
+        # `is run`: a closed pipe's fd number may already belong to a newer command
+        if run.status is None or any(self.cmd_pipes.get(fd) is run for fd in run.pipes):
             return
         self.commands.pop(run.pidfd, None)
         os.close(run.pidfd)
         self.cmd_cores -= run.cores
+        dt = time.monotonic() - run.started
+        self.cmd_mean = 0.8 * self.cmd_mean + 0.2 * dt
         status, payload = launcher.outcome(run)
         self._result_to_head([run.tid, status, payload, None], run.cores)
 
@@ -470,8 +476,20 @@ class Agent:
             self.sent_at = time.monotonic()
 
     # ---- loop ------------------------------------------------------------------------------
+    def dump_state(self, *_: object) -> None:
+        """SIGUSR1: log what this agent holds (for diagnosing a stuck run)."""
+        log.warning(
+            "state: py_queue=%d cmd_queue=%d running_cmds=%s cmd_cores=%d free=%d workers=%s",
+            len(self.py_queue), len(self.cmd_queue),
+            [(r.tid, r.pid, r.status, list(r.pipes), [fd in self.cmd_pipes for fd in r.pipes])
+             for r in self.commands.values()],
+            self.cmd_cores, self._free_cores(),
+            [(w.index, len(w.tasks), len(w.blocked), w.credit) for w in self.workers.values()],
+        )
+
     def run(self) -> None:
         set_parent_death_signal()
+        signal.signal(signal.SIGUSR1, self.dump_state)
         # Fork the warm workers before this process has any ZeroMQ context or thread.
         self._start_workers(self.nworkers)
         self.ctx = zmq.Context()
