@@ -64,13 +64,6 @@ class WorkerHandle:
     def busy(self) -> bool:
         return len(self.tasks) > len(self.blocked)
 
-    def room(self) -> int:
-        """How many more tasks to send: the window, or more while little work waits."""
-        unfinished = len(self.tasks) - len(self.blocked)
-        if self.queued_s < QUEUE_TARGET_S and unfinished < QUEUE_MAX:
-            return max(self.credit - unfinished, 1)
-        return self.credit - unfinished
-
 
 class Agent:
     def __init__(
@@ -348,45 +341,50 @@ class Agent:
         busy_workers = sum(1 for w in self.workers.values() if w.busy)
         return self.slots - self.cmd_cores - busy_workers
 
+    @staticmethod
+    def _wants(w: WorkerHandle) -> bool:
+        unfinished = len(w.tasks) - len(w.blocked)
+        return unfinished < w.credit or (w.queued_s < QUEUE_TARGET_S and unfinished < QUEUE_MAX)
+
+    def _give(self, w: WorkerHandle, spec: list[Any]) -> None:
+        e = self.mean.get(spec[2] if spec[1] == P.PY else -spec[2], QUEUE_TARGET_S)
+        w.est[spec[0]] = e
+        w.queued_s += e
+        w.tasks[spec[0]] = spec
+        out = self.out_workers.get(w.ident)
+        if out is None:
+            out = self.out_workers[w.ident] = []
+        out.append(spec)
+
     def _dispatch(self) -> None:
-        # Python tasks to workers that asked for them (pinned first).
+        # Python tasks to workers that want them: pinned blocks (static schedule) to their
+        # worker; the shared queue round-robin, one task per worker per pass, idle workers
+        # first, so tasks spread over idle workers before any worker gets a second one.
         if self.py_queue or self.pinned:
             free = self._free_cores()
-            mean = self.mean
-            for w in self.workers.values():
-                if not w.ready:
-                    continue  # not connected yet: a ROUTER would drop what we send it
-                room = w.room()
-                if room <= 0:
-                    continue
+            ready = [w for w in self.workers.values() if w.ready]  # a ROUTER drops to others
+            for w in ready:
                 q = self.pinned.get(w.index)
-                pinned_only = False
-                if q:
-                    pinned_only = True
-                elif not self.py_queue:
-                    continue
-                if not w.busy:
-                    if free <= 0:
-                        continue
-                    free -= 1
-                out = self.out_workers.setdefault(w.ident, [])
-                unfinished = len(w.tasks) - len(w.blocked)
-                while room > 0 or (w.queued_s < QUEUE_TARGET_S and unfinished < QUEUE_MAX):
-                    if q:
-                        spec = q.popleft()
-                    elif self.py_queue and not pinned_only:
-                        spec = self.py_queue.popleft()
-                    else:
-                        break
-                    room -= 1
-                    unfinished += 1
-                    e = mean.get(spec[2] if spec[1] == P.PY else -spec[2], QUEUE_TARGET_S)
-                    w.est[spec[0]] = e
-                    w.queued_s += e
-                    w.tasks[spec[0]] = spec
-                    out.append(spec)
+                while q and self._wants(w):
+                    self._give(w, q.popleft())
             for k in [k for k, q in self.pinned.items() if not q]:
                 del self.pinned[k]
+            cands = sorted((w for w in ready if self._wants(w)),
+                           key=lambda w: len(w.tasks) - len(w.blocked))
+            queue = self.py_queue
+            while queue and cands:
+                nxt = []
+                for w in cands:
+                    if not queue:
+                        break
+                    if not w.busy:
+                        if free <= 0:
+                            continue
+                        free -= 1
+                    self._give(w, queue.popleft())
+                    if self._wants(w):
+                        nxt.append(w)
+                cands = nxt
         # Commands when cores are free, in order.
         while self.cmd_queue:
             spec = self.cmd_queue[0]
