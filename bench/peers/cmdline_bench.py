@@ -1,0 +1,86 @@
+"""Command-line peers, timed as whole tool runs (W2, W3, W5 only).
+
+xargs:    W2 ``seq N | xargs -P2 -n1 /bin/true``; W3 the durations on stdin, ``xargs -P100 -n1 sleep``.
+parallel: the same with ``parallel --will-cite -jN``.
+shoal:    ``shoal run TASKFILE -j N --discard-output --no-progress --no-summary``, one line per
+          task (``/bin/true`` or ``sleep d``, run with /bin/sh -c as GNU parallel does); its wall
+          time includes starting shoal's head, agent and teardown, unlike the Executor runs.
+W5: the tool started cold to run one ``/bin/true``.
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+from common import Runner, drive, parse_args
+
+
+def tool_version(tool):
+    if tool == "shoal":
+        try:
+            import importlib.metadata as md
+
+            return "shoal " + md.version("shoal")
+        except Exception:
+            return "shoal"
+    try:
+        out = subprocess.run([tool, "--version"], capture_output=True, text=True).stdout
+        return out.splitlines()[0].strip()
+    except Exception:
+        return tool
+
+
+class CmdLine(Runner):
+    supports = ("W5", "W2", "W3")
+
+    def __init__(self, tool):
+        self.tool = tool
+        self.name = {"xargs": "xargs -P", "parallel": "GNU parallel", "shoal": "shoal run"}[tool]
+        self.version = tool_version(tool)
+
+    def argv(self, slots, cmd):
+        if self.tool == "xargs":
+            return ["xargs", f"-P{slots}", "-n1"] + cmd
+        if self.tool == "shoal":
+            flags = ["--discard-output", "--no-progress", "--no-summary"]
+            return ["shoal", "run", "-", "-j", str(slots)] + flags
+        return ["parallel", "--will-cite", f"-j{slots}"] + cmd
+
+    def run(self, slots, cmd, lines):
+        if self.tool == "shoal":  # a task file: one whole command per line
+            lines = [" ".join(cmd + [x]) for x in lines]
+        p = subprocess.run(
+            self.argv(slots, cmd),
+            input="".join(x + "\n" for x in lines),
+            text=True,
+            stdout=subprocess.DEVNULL,
+        )
+        if p.returncode != 0:
+            raise RuntimeError(f"{self.tool} exited {p.returncode}")
+        return [0] * len(lines)
+
+    def start(self, slots, kind):
+        self.slots = slots
+        self.t_launch = time.time()
+
+    def first(self):
+        self.run(2, ["/bin/true"], ["1"])
+        return 2
+
+    def warmup(self, slots, dirpath):
+        return None  # nothing to warm up: no runtime
+
+    def w2(self, n):
+        return self.run(self.slots, ["/bin/true"], [str(i) for i in range(n)])
+
+    def w3(self, ds):
+        return self.run(self.slots, ["sleep"], ds)
+
+
+if __name__ == "__main__":
+    tool = parse_args().tool or "xargs"
+    if tool not in ("xargs", "parallel", "shoal"):
+        sys.exit("--tool must be xargs, parallel or shoal")
+    os.environ.setdefault("PARALLEL_HOME", os.path.join(parse_args().workdir or ".", ".parallel"))
+    drive(CmdLine(tool))
