@@ -11,6 +11,7 @@ from .cluster import Cluster, partition
 from .dag import Dag, build_dag
 from .errors import ScriptError
 from .interp import Interpreter
+from .model import Step
 from .semantics import Semantics
 
 
@@ -43,7 +44,8 @@ class Plan:
     timings: dict[str, float]
 
     @property
-    def steps(self):  # noqa: ANN201 - list[Step]
+    def steps(self) -> list[Step]:
+        """The commands, in script order."""
         return self.dag.steps
 
     def unknown_warning(self) -> str | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-import shlex
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -90,6 +89,15 @@ def _line(node: Node) -> int:
 
 def _key(node: Node) -> tuple[int, int]:
     return (node.start_byte, node.end_byte)
+
+
+def _lead(node: Node) -> str:
+    """Text tree-sitter folds into an expansion's first token (``' $('``): it is literal."""
+    raw = node.text or b""
+    if not raw or raw[:1] in (b"$", b"`"):
+        return ""
+    cut = min((i for i in (raw.find(b"$"), raw.find(b"`")) if i >= 0), default=0)
+    return raw[:cut].decode(errors="surrogateescape")
 
 
 def _text(node: Node) -> str:
@@ -555,7 +563,6 @@ class Interpreter:
                         if item.field_name_for_child(i) == "value"]
                 matched = any(self._match_pattern(value, p) for p in pats)
             if matched:
-                term = item.child_by_field_name("termination")
                 fall = item.child_by_field_name("fallthrough")
                 body = [c for i, c in enumerate(item.children)
                         if item.field_name_for_child(i) is None and c.is_named]
@@ -565,7 +572,6 @@ class Interpreter:
                 if fall is not None and _text(fall) == ";;&":
                     matched = False
                     continue
-                del term
                 return status
         return 0
 
@@ -1065,7 +1071,10 @@ class Interpreter:
     def _b_expr(self, args: list[str]) -> int | None:
         if not self._capture:
             return None
-        value = _Expr(args).parse()
+        try:
+            value = _Expr(args).parse()
+        except (ScriptError, ValueError):
+            return 2  # expr prints nothing on stdout for a bad expression
         self._out(f"{value}\n")
         return 0 if value not in ("", "0", 0) else 1
 
@@ -1089,6 +1098,10 @@ class Interpreter:
 
     def command_substitution(self, node: Node) -> str:
         """The output of ``$(...)`` with trailing newlines removed, computed statically."""
+        text = _text(node)
+        if text.startswith("$((") and text.endswith("))"):
+            # tree-sitter reads $(( )) in a here-document as $( (subshell) )
+            return str(self.arith_text(text[3:-2]))
         body = [c for c in node.children if c.is_named]
         if len(body) == 1 and body[0].type == "redirected_statement" and \
                 body[0].child_by_field_name("body") is None:
@@ -1220,8 +1233,21 @@ class Interpreter:
                 raise self.error(f"'{node.type.replace('_', ' ')}' inside '&&'/'||' after a "
                                  "command known only at run time is not supported", Unsupported)
             group: list[int] = []
-            for j, cmd in enumerate(cmds):
-                st = self._stage(cmd, extra if j == len(cmds) - 1 else [])
+            queue = list(cmds)
+            extra_tail = self._heredoc_tail(extra)
+            first = True
+            while queue:
+                cmd = queue.pop(0)
+                mine: list[Node] = []
+                if extra_tail and first:
+                    mine = extra  # the here-document belongs to the command before the tail
+                    queue.extend(extra_tail)
+                elif not extra_tail and not queue:
+                    mine = extra
+                first = False
+                if cmd.type == "redirected_statement":
+                    queue[:0] = self._heredoc_tail(list(cmd.children))
+                st = self._stage(cmd, mine)
                 group.append(len(stages))
                 stages.append(st)
             groups.append(group)
@@ -1229,6 +1255,20 @@ class Interpreter:
             if k:
                 connectors.append(op)
         return self._emit(stages, groups, connectors, negated)
+
+    def _heredoc_tail(self, redirects: list[Node]) -> list[Node]:
+        """Commands tree-sitter nests inside a here-document redirect: `cat <<EOF | tr ..`."""
+        tail: list[Node] = []
+        for r in redirects:
+            if r.type != "heredoc_redirect":
+                continue
+            for c in r.children:
+                if c.type == "pipeline":
+                    tail.extend(_named(c))
+                elif c.type in ("&&", "||", ";", "&"):
+                    raise self.error(f"'{c.type}' after a here-document on the same line is not "
+                                     "supported (put it on its own line)", Unsupported)
+        return tail
 
     def _stage(self, cmd: Node, extra_redirects: list[Node]) -> Stage:
         redirect_nodes = list(extra_redirects)
@@ -1304,6 +1344,7 @@ class Interpreter:
             if c.type in ("simple_expansion", "expansion", "command_substitution",
                           "arithmetic_expansion"):
                 out.append(src[pos - base:c.start_byte - base].decode(errors="surrogateescape"))
+                out.append(_lead(c))
                 out.append(self.expand_str(c))
                 pos = c.end_byte
         out.append(src[pos - base:].decode(errors="surrogateescape"))
@@ -1495,6 +1536,9 @@ class Interpreter:
                 if c.type == "string_content":
                     f.lit(_dq_unescape(_text(c)), True)
                 elif c.is_named:
+                    lead = _lead(c)
+                    if lead:
+                        f.lit(lead, True)
                     self._expand_into(c, f, quoted=True)
                 else:
                     f.lit(_text(c), True)
@@ -1998,7 +2042,10 @@ class _Expr:
         self.i = 0
 
     def parse(self) -> str | int:
-        return self._or()
+        v = self._or()
+        if self.i != len(self.a):
+            raise ScriptError(f"expr: syntax error near '{self.a[self.i]}'")
+        return v
 
     def _peek(self) -> str | None:
         return self.a[self.i] if self.i < len(self.a) else None
@@ -2082,8 +2129,3 @@ class _Expr:
         if w == "length":
             return len(str(self._atom()))
         return w
-
-
-def quote_argv(argv: list[str]) -> str:
-    """Shell-quote an argv for display."""
-    return " ".join(shlex.quote(a) for a in argv)

@@ -36,7 +36,8 @@ from .cluster import Cluster
 from .compiler import Plan
 
 SKIPPED = "skip"
-LOST_COMPLETION_S = 5.0
+LOST_COMPLETION_S = 5.0  # a chain's end marker exists but the runtime has not reported it
+STALL_S = 10.0  # nothing running and nothing finishing: the runtime lost a dispatch
 
 
 @dataclass
@@ -76,7 +77,7 @@ class _Layout:
         base = opts.scratch_dir or workdir
         self.root = os.path.join(base, f".shoal-scratch-{self.run_id}")
         self.disk = os.path.join(self.root, "files")
-        for d in ("st", "out", "err", "chains", "files", "done"):
+        for d in ("st", "out", "err", "chains", "files", "done", "started"):
             os.makedirs(os.path.join(self.root, d), exist_ok=True)
         self.shm: str | None = None
         self.place: dict[int, str] = {}  # scratch group -> directory
@@ -133,6 +134,8 @@ def _chain_script(plan: Plan, cluster: Cluster, lay: _Layout, local_delete: dict
     inside = set(cluster.steps)
     r = shlex.quote(lay.root)
     out = ["#!/bin/sh", f"# cluster {cluster.id} of {plan.script}", f"R={r}",
+           # mkdir is atomic: a chain dispatched twice (runtime retry, client takeover) runs once
+           f'mkdir "$R/started/{cluster.id}" 2>/dev/null || exit 0',
            '_ok() { [ "$(cat "$R/st/$1" 2>/dev/null)" = 0 ]; }']
     for v in cluster.steps:
         s = dag.steps[v]
@@ -282,40 +285,84 @@ def _run_shoal(plan: Plan, scripts: list[str], workdir: str, opts: RunOptions,
                cluster_done: Callable[[int], None], root: str) -> None:
     from shoal import Command, Executor
 
+    n = len(plan.clusters)
     ex = Executor(workers=opts.workers)
-    futs: dict[cf.Future, int] = {}
-    by_cluster: list[cf.Future] = []
+    fut_of: dict[int, cf.Future] = {}
+    cid_of: dict[cf.Future, int] = {}
+    finished: set[int] = set()
+
+    def submit(cid: int, with_after: bool) -> None:
+        cmd = Command(["/bin/sh", scripts[cid]], cwd=workdir, stdout="devnull", stderr="capture")
+        deps = sorted(plan.clusters[cid].deps)
+        if with_after and deps:
+            fut = ex.options(after=[fut_of[d] for d in deps]).submit(cmd)
+        else:
+            fut = ex.submit(cmd)
+        fut_of[cid] = fut
+        cid_of[fut] = cid
+
+    def marker(kind: str, cid: int) -> bool:
+        return os.path.exists(os.path.join(root, kind, str(cid)))
+
+    def finish(cid: int) -> None:
+        if cid not in finished:
+            finished.add(cid)
+            cluster_done(cid)
+
+    # Normal mode: everything submitted at once, the head releases clusters as their `after`
+    # dependencies finish. If the runtime stalls (nothing running, nothing finishing for
+    # STALL_S), the client takes over: it submits each remaining cluster once its
+    # dependencies are done. A chain runs at most once whatever happens (see _chain_script).
+    client_driven = False
     try:
         for c in plan.clusters:  # clusters are created in topological order
-            cmd = Command(["/bin/sh", scripts[c.id]], cwd=workdir, stdout="devnull",
-                          stderr="capture")
-            after = [by_cluster[d] for d in sorted(c.deps)]
-            fut = ex.options(after=after).submit(cmd) if after else ex.submit(cmd)
-            by_cluster.append(fut)
-            futs[fut] = c.id
-        pending = set(futs)
-        marker_seen: dict[cf.Future, float] = {}
-        lost = False
-        while pending:
+            submit(c.id, True)
+        pending = set(cid_of)
+        last_progress = time.monotonic()
+        while len(finished) < n:
             done, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)
-            for fut in done:
-                cluster_done(futs[fut])
-            # Safety net: a chain writes a marker as its last act. If its future has not
-            # resolved long after that, the completion was lost on the way: go on without it.
             now = time.monotonic()
-            for fut in list(pending):
-                if os.path.exists(os.path.join(root, "done", str(futs[fut]))):
-                    if now - marker_seen.setdefault(fut, now) > LOST_COMPLETION_S:
+            for fut in done:
+                finish(cid_of[fut])
+                last_progress = now
+                if not fut.cancelled() and fut.exception() is None:
+                    err = fut.result().stderr  # the chain's own errors (its commands' go to files)
+                    if err:
+                        sys.stderr.write(err.decode(errors="replace"))
+            idle = now - last_progress
+            if idle > LOST_COMPLETION_S:  # finished chains whose completion was not reported
+                for fut in list(pending):
+                    if marker("done", cid_of[fut]):
                         pending.discard(fut)
-                        lost = True
-                        print(f"shoal script: warning: the runtime did not report the end of "
-                              f"cluster {futs[fut]}, which finished; continuing",
-                              file=sys.stderr)
-                        cluster_done(futs[fut])
+                        finish(cid_of[fut])
+            running = [c for c in range(n) if marker("started", c) and not marker("done", c)] \
+                if idle > STALL_S or client_driven else [0]
+            if not client_driven and not running and idle > STALL_S:
+                client_driven = True
+                print("shoal script: warning: the runtime stalled; dispatching the remaining "
+                      "clusters from the client", file=sys.stderr)
+                for fut in pending:
+                    fut.cancel()
+                pending = set()
+            if client_driven:
+                for c in plan.clusters:
+                    if c.id in finished or marker("started", c.id):
+                        if marker("done", c.id):
+                            finish(c.id)
+                        continue
+                    fut = fut_of.get(c.id)
+                    fresh = fut is not None and fut.done() is False and fut in pending
+                    if not fresh and c.deps <= finished:
+                        submit(c.id, False)
+                        pending.add(fut_of[c.id])
+                if not pending and len(finished) < n and not running:
+                    time.sleep(0.1)
     except KeyboardInterrupt:
         ex.shutdown(wait=False, cancel_futures=True)
         raise
-    ex.shutdown(wait=not lost, cancel_futures=lost)
+    # a future the runtime never resolved would make a waiting shutdown hang
+    clean = all(f.done() for f in cid_of)
+    ex.shutdown(wait=clean, cancel_futures=not clean)
 
 
 def _run_threads(plan: Plan, scripts: list[str], workdir: str, opts: RunOptions,

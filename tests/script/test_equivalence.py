@@ -92,6 +92,38 @@ mkdir -p sub/dir && cd sub/dir
 echo "in $(basename "$PWD")" > where.txt
 cd ../..
 wc -l < all.txt > count.txt
+export GREETING="hi there"
+cat <<EOF > heredoc.txt
+$GREETING from $prefix: $(( 6 * 7 ))
+EOF
+cat <<'EOF' | tr a-z A-Z > quoted_heredoc.txt
+$GREETING stays literal
+EOF
+LC_ALL=C sort -k2 all.txt > byfield.txt
+"""
+
+
+# expansions and control flow, checked through what the script prints
+SEMANTICS = r"""#!/bin/bash
+x=hello.tar.gz; empty=
+echo "${x%%.*}" "${x#*.}" "${x/l/L}" "${x//l/L}" "${#x}" "${x:1:3}" "${x: -2}" "${empty:-d}" "${unset-u}" "${x:+alt}"
+echo $x{,.bak} pre{1..3}post {a..c} "{a,b}"
+case $x in *.gz) echo gz ;& *.zip) echo fell ;; *) echo none ;; esac
+case b in a) echo a ;; b|c) echo bc ;;& *) echo any ;; esac
+i=5; while (( i > 0 )); do i=$((i - 2)); done; echo "i=$i"
+for ((j=0, k=10; j<3; j++, k--)); do echo "$j/$k"; done
+f() { echo "f($#): $1|${2:-none}"; shift; echo "rest: $*"; }
+f one "two words" three
+printf '%s-%s\\n' a b c d
+printf '%5.2f|%-4s|%03d\\n' 3.14159 ab 7
+echo $(( 7 / 2 )) $(( -7 / 2 )) $(( 7 % -3 )) $(( 2 ** 10 )) $(( 1 << 4 )) $(( 5 > 3 && 2 > 1 ))
+set -- p q r; echo "$#" "$2" "$@"
+s="a b  c"; echo $s; echo "$s"
+[ -z "" ] && echo z; [ -n "" ] || echo notn; [ 3 -ge 3 ] && [ abc != abd ] && echo cmp
+[[ hello == h*o ]] && echo glob; [[ abc =~ ^a.c$ ]] && echo regex
+echo "$(basename /a/b/c.nc .nc) $(dirname /a/b/c.nc) $(expr 6 \* 7) $(echo "  spaced  ")"
+n=$(seq 3 | tr '\\n' ' '); echo "[$n]"
+echo ~ | sed "s|$HOME|HOME|"
 """
 
 
@@ -123,3 +155,9 @@ def test_shell_features_and_coreutils(tmp_path: Path) -> None:
 
 def test_disk_only_scratch_and_swamp_clusters(tmp_path: Path) -> None:
     compare(tmp_path, SWAMP_SAMPLE, setup_models(2), extra=("--no-shm", "--cluster", "swamp"))
+
+
+def test_expansions_and_control_flow_print_what_bash_prints(tmp_path: Path) -> None:
+    rb, rs = compare(tmp_path, SEMANTICS, lambda d: None)
+    assert rb.stdout.count("\n") > 20
+    assert rs.stdout == rb.stdout
