@@ -30,3 +30,13 @@ def set_parent_death_signal(sig: int = signal.SIGTERM) -> None:
         libc.prctl(pr_set_pdeathsig, int(sig), 0, 0, 0)
     except Exception:  # noqa: BLE001 - best effort; owner-pid watches still apply
         pass
+
+
+def stop_on_signals(loop: object) -> None:
+    """SIGTERM and SIGINT end ``loop`` in order (its loop checks ``loop.running``)."""
+
+    def stop(*_: object) -> None:
+        loop.running = False  # type: ignore[attr-defined]
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import sys
 
+from shoal._sys import stop_on_signals
 from shoal.agent.agent import Agent
 from shoal.transport.connfile import Connection
 
@@ -29,11 +29,7 @@ def main(argv: list[str] | None = None) -> int:
                   owner_pid=args.owner_pid,
                   sys_path=json.loads(args.sys_path) if args.sys_path else None)
 
-    def stop(*_: object) -> None:
-        agent.running = False
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stop_on_signals(agent)
     agent.run()
     return 0
 

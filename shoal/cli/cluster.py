@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
 import sys
 from typing import Any
 
+from shoal._sys import stop_on_signals
 from shoal.transport.connfile import Connection
 
 
@@ -57,11 +57,7 @@ def head_command(args: argparse.Namespace) -> int:
     print(f"shoal head listening on {endpoint}; connection file {os.path.abspath(args.connection_file)}",
           flush=True)
 
-    def stop(*_: object) -> None:
-        head.running = False
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stop_on_signals(head)
     head.serve()
     return 0
 
@@ -78,10 +74,6 @@ def agent_command(args: argparse.Namespace) -> int:
     agent = Agent(conn.address, conn.key, slots=args.slots, workers=args.workers, name=args.name,
                   sys_path=[os.getcwd()])
 
-    def stop(*_: object) -> None:
-        agent.running = False
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stop_on_signals(agent)
     agent.run()
     return 0

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 
-from shoal._sys import set_parent_death_signal
+from shoal._sys import set_parent_death_signal, stop_on_signals
 from shoal.head.server import Head
 from shoal.transport.connfile import Connection
 
@@ -28,11 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     head = Head(Connection.read(args.connection), bind=args.bind, prefetch=args.prefetch,
                 owner_pid=args.owner_pid, exit_when_idle=args.exit_when_idle)
 
-    def stop(*_: object) -> None:
-        head.running = False
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stop_on_signals(head)
     head.serve()
     return 0
 
