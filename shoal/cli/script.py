@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 
@@ -74,7 +75,14 @@ def main(args: argparse.Namespace) -> int:
                        backend="threads" if args.local_threads else "auto",
                        scratch_dir=args.scratch, shm_dir=None if args.no_shm else "/dev/shm",
                        keep_run_dir=args.keep_run_dir)
-    report = run_plan(plan, cwd, ropts)
+    def _terminate(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # same clean-up as Ctrl-C: stop commands, remove scratch
+
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        report = run_plan(plan, cwd, ropts)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     for line in failure_report(plan, report, cwd):
         print(line, file=sys.stderr)
     if args.timings:

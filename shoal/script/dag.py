@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 from .model import DEL, IN, INOUT, OUT, Step
 
+CONCATENATING = frozenset({"ncrcat", "ncecat", "cat", "paste", "tar", "zcat"})
+
 
 @dataclass
 class Version:
@@ -204,8 +206,11 @@ def build_dag(steps: list[Step], workdir: str) -> Dag:
             except OSError:
                 size_of[v.id] = 0
         else:
+            # reductions and differences are no larger than their largest input; programs
+            # that concatenate their inputs produce about their sum
             ins = [size_of.get(rv.id, 0) for _k, rv in step_reads[v.writer]]
-            size_of[v.id] = max(sum(ins), 4096)
+            joined = set(steps[v.writer].programs) & CONCATENATING
+            size_of[v.id] = max(sum(ins) if joined else max(ins, default=0), 4096)
         g = groups[v.group]
         g.est_size = max(g.est_size, size_of[v.id])
 

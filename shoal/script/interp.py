@@ -276,7 +276,8 @@ class Interpreter:
         self.strict = strict
         self.environ = dict(os.environ if environ is None else environ)
         self.vars: dict[str, str] = dict(self.environ)
-        self.exported: set[str] = set(self.environ)
+        self.vars["PWD"] = self.cwd  # what bash sets when the script starts here
+        self.exported: set[str] = set(self.environ) | {"PWD"}
         self.positional: list[str] = list(args or [])
         self.functions: dict[str, Node] = {}
         self.locals: list[dict[str, str | None]] = []
@@ -294,6 +295,9 @@ class Interpreter:
         self._extra: dict[tuple[int, int], list[Node]] = {}  # redirects moved onto a node
         self._env_gen = 0
         self._pre_argv: dict[tuple[int, int], list[str]] = {}
+        self._parts_cache: dict[int, tuple[Node, tuple]] = {}  # type: ignore[type-arg]
+        self._kids_cache: dict[int, tuple[Node, list[Node]]] = {}
+        self._plan_cache: dict[int, tuple[Node, tuple | None]] = {}  # type: ignore[type-arg]
         self._env_key: tuple[int, int] | None = None
         self._env_cache: dict[str, str] = {}
 
@@ -325,11 +329,12 @@ class Interpreter:
         """Execute a statement node; return its exit status, or None if only known at run time."""
         t = node.type
         if t in ("program", "compound_statement", "do_group", "else_clause"):
-            if t == "compound_statement" and node.children and node.children[0].type == "((":
+            kids = self._kids(node)
+            if t == "compound_statement" and kids and kids[0].type == "((":
                 self.line = _line(node)
                 return self._arith_command(node)
             status: int | None = 0
-            for child in node.children:
+            for child in kids:
                 if child.is_named and child.type not in _SKIP:
                     status = self.exec_node(child)
             return status
@@ -742,15 +747,50 @@ class Interpreter:
             return not (prog in STATIC_BUILTINS or prog in self.functions or prog in ALWAYS_OK)
         return False
 
+    def _parts(self, node: Node) -> tuple[Node | None, list[Node], list[Node], list[Node]]:
+        """(name, arguments, assignments, redirects) of a command node, cached per node.
+
+        Loop bodies are walked once per iteration; tree-sitter builds new child objects on
+        every access, so this is worth remembering. The cache holds the node itself, which
+        keeps its tree alive, so a node id is never reused by another tree meanwhile.
+        """
+        hit = self._parts_cache.get(node.id)
+        if hit is not None and hit[0] == node:
+            return hit[1]
+        name = None
+        args: list[Node] = []
+        assigns: list[Node] = []
+        redirects: list[Node] = []
+        for i, c in enumerate(node.children):
+            f = node.field_name_for_child(i)
+            if f == "name":
+                name = c
+            elif f == "argument":
+                args.append(c)
+            elif f == "redirect":
+                redirects.append(c)
+            elif c.type == "variable_assignment":
+                assigns.append(c)
+        parts = (name, args, assigns, redirects)
+        self._parts_cache[node.id] = (node, parts)
+        return parts
+
+    def _kids(self, node: Node) -> list[Node]:
+        """``node.children``, cached like :meth:`_parts`."""
+        hit = self._kids_cache.get(node.id)
+        if hit is not None and hit[0] == node:
+            return hit[1]
+        kids = node.children
+        self._kids_cache[node.id] = (node, kids)
+        return kids
+
     def _x_command(self, node: Node) -> int | None:
-        name_node = node.child_by_field_name("name")
-        assigns = [c for c in node.children if c.type == "variable_assignment"]
+        name_node, arg_nodes, assigns, _r = self._parts(node)
         if name_node is None:
             for a in assigns:
                 self._assign_node(a)
             return 0
-        argv = self.expand_words([name_node] + [c for i, c in enumerate(node.children)
-                                                if node.field_name_for_child(i) == "argument"])
+        argv = self.expand_words([name_node, *arg_nodes])
         if not argv:
             return 0
         prog = argv[0]
@@ -1103,6 +1143,10 @@ class Interpreter:
             # tree-sitter reads $(( )) in a here-document as $( (subshell) )
             return str(self.arith_text(text[3:-2]))
         body = [c for c in node.children if c.is_named]
+        if len(body) == 1 and body[0].type == "file_redirect":  # $(< file)
+            dest = body[0].child_by_field_name("destination")
+            assert dest is not None
+            return self._read_static_file(self.expand_str(dest)).rstrip("\n")
         if len(body) == 1 and body[0].type == "redirected_statement" and \
                 body[0].child_by_field_name("body") is None:
             # $(< file)
@@ -1281,21 +1325,16 @@ class Interpreter:
             raise self.error(f"'{cmd.type.replace('_', ' ')}' in a pipeline is not supported",
                              Unsupported)
         assigns: dict[str, str] = {}
-        for c in cmd.children:
-            if c.type == "variable_assignment":
-                n = c.child_by_field_name("name")
-                v = c.child_by_field_name("value")
-                assert n is not None
-                assigns[_text(n)] = self.expand_str(v) if v is not None else ""
-        name = cmd.child_by_field_name("name")
+        name, arg_nodes, assign_nodes, inner_redirects = self._parts(cmd)
+        for c in assign_nodes:
+            n = c.child_by_field_name("name")
+            v = c.child_by_field_name("value")
+            assert n is not None
+            assigns[_text(n)] = self.expand_str(v) if v is not None else ""
         argv = self._pre_argv.pop(_key(cmd), None)
         if argv is None:
-            argv = self.expand_words(([name] if name is not None else []) + [
-                c for i, c in enumerate(cmd.children)
-                if cmd.field_name_for_child(i) == "argument"])
-        for i, c in enumerate(cmd.children):  # redirects written inside the command node
-            if cmd.field_name_for_child(i) == "redirect":
-                redirect_nodes.append(c)
+            argv = self.expand_words(([name] if name is not None else []) + arg_nodes)
+        redirect_nodes.extend(inner_redirects)  # redirects written inside the command node
         if argv and argv[0] in self.functions:
             raise self.error(f"function '{argv[0]}' used in a pipeline or with redirections",
                              Unsupported)
@@ -1472,10 +1511,71 @@ class Interpreter:
                         out.extend(self.expand_words(args))
                     continue
             f = _Fields()
-            self._expand_into(n, f, quoted=False)
+            plan = self._plan(n)
+            if plan:
+                self._run_plan(plan, f, False)
+            else:
+                self._expand_into(n, f, quoted=False)
             for fl in f.fields:
                 out.extend(self._glob_field(fl))
         return out
+
+    def _plan(self, node: Node) -> tuple[tuple[str, str, bool], ...] | None:
+        """The word as simple steps (literal text, plain variable), cached per node; None when
+        it needs the general expander. Loops expand the same words thousands of times."""
+        hit = self._plan_cache.get(node.id)
+        if hit is not None and hit[0] == node:
+            return hit[1]
+        ops: list[tuple[str, str, bool]] = []
+        plan = tuple(ops) if self._plan_into(node, ops, False) else None
+        self._plan_cache[node.id] = (node, plan)
+        return plan
+
+    def _plan_into(self, node: Node, ops: list[tuple[str, str, bool]], quoted: bool) -> bool:
+        t = node.type
+        if t in ("word", "number"):
+            raw = node.text or b""
+            if _SPECIAL_WORD.search(raw) or (quoted and t == "word"):
+                return False
+            ops.append(("lit", raw.decode(errors="surrogateescape"), quoted))
+            return True
+        if t == "raw_string":
+            ops.append(("lit", _text(node)[1:-1], True))
+            return True
+        if t in ("simple_expansion", "expansion"):
+            kids = node.children
+            inner = kids[1:] if t == "simple_expansion" else kids[1:-1]
+            if len(inner) != 1 or inner[0].type != "variable_name" or (
+                    t == "expansion" and kids[-1].type != "}") or _lead(node):
+                return False
+            ops.append(("var", _text(inner[0]), quoted))
+            return True
+        if t == "concatenation":
+            return all(c.is_named and self._plan_into(c, ops, quoted) for c in node.children)
+        if t == "string" and not quoted:
+            kids = node.children
+            if len(kids) < 2 or _text(kids[-1]) != '"' or _text(kids[0]) != '"':
+                return False
+            ops.append(("lit", "", True))
+            pos = kids[0].end_byte
+            for c in kids[1:-1]:
+                if c.start_byte != pos:
+                    return False
+                if c.type == "string_content":
+                    ops.append(("lit", _dq_unescape(_text(c)), True))
+                elif not (c.is_named and self._plan_into(c, ops, True)):
+                    return False
+                pos = c.end_byte
+            return kids[-1].start_byte == pos
+        return False
+
+    def _run_plan(self, plan: tuple[tuple[str, str, bool], ...], f: _Fields, _q: bool) -> None:
+        for op, text, quoted in plan:
+            if op == "lit":
+                f.lit(text, quoted)
+            else:
+                value = self._get(text)
+                self._value_into(value or "", f, quoted)
 
     def _glob_field(self, fl: list[tuple[str, bool]]) -> list[str]:
         if len(fl) == 1:
@@ -1491,6 +1591,16 @@ class Interpreter:
 
     def expand_str(self, node: Node) -> str:
         """Expand a node to one string (no splitting or globbing: assignments, case, targets)."""
+        f = _Fields()
+        plan = self._plan(node)
+        if plan:
+            self._run_plan(plan, f, True)
+            # planned words are expanded unquoted; here nothing is split: join the pieces
+            return "".join(t for fl in f.fields for t, _ in fl) if len(f.fields) <= 1 else \
+                self._expand_str_slow(node)
+        return self._expand_str_slow(node)
+
+    def _expand_str_slow(self, node: Node) -> str:
         f = _Fields()
         self._expand_into(node, f, quoted=True)
         return " ".join("".join(t for t, _ in fl) for fl in f.fields)
@@ -1521,7 +1631,7 @@ class Interpreter:
             # the gaps between children from the source
             raw = node.text or b""
             base = node.start_byte
-            kids = node.children
+            kids = self._kids(node)
             pos = kids[0].end_byte if kids else base
             for c in kids[1:]:
                 if c.start_byte > pos:
@@ -1554,7 +1664,7 @@ class Interpreter:
                 value = self.arith(e)
             self._value_into(str(value), f, quoted)
         elif t in ("concatenation", "command_name"):
-            for c in node.children:
+            for c in self._kids(node):
                 if c.is_named:
                     self._expand_into(c, f, quoted)
                 else:

@@ -216,3 +216,24 @@ def test_tree_sitter_quirks_are_repaired(d: Path) -> None:
     assert st.argv == ["echo", "a_7.nc", "a_7.nc", "[ ]", " ", "a  b "]
     assert st.redirects[0].target == "a_7.txt"
     assert argvs(plan)[1:] == ["echo '<p>'", "echo '<q>'", "echo '<>'", "echo '<r>'"]
+
+
+def test_read_loops_source_and_subshells(d: Path) -> None:
+    (d / "models.txt").write_text("m1\nm2 extra\n")
+    (d / "lib.sh").write_text('greet() { echo "hi $1"; }\nLIBVAR=set\n')
+    src = '''
+while read -r m rest; do echo "model $m [$rest]"; done < models.txt
+cat models.txt | while read line; do echo "line $line"; done
+. ./lib.sh
+greet "$LIBVAR"
+n=$(< models.txt); echo ${#n}
+( cd /; echo "in $PWD" )
+echo "back $(basename "$PWD")"
+exit 3
+echo never
+'''
+    plan = comp(d, src)
+    assert argvs(plan) == ["echo 'model m1 []'", "echo 'model m2 [extra]'", "echo 'line m1'",
+                           "echo 'line m2 extra'", "echo 'hi set'", "echo 11", "echo 'in /'",
+                           f"echo 'back {d.name}'"]
+    assert plan.exit_status == 3

@@ -50,8 +50,9 @@ def test_cli_failure_report_and_exit_status(tmp_path: Path) -> None:
     assert (tmp_path / "w.txt").read_text() == "fine\n"
 
 
-@pytest.mark.parametrize("backend", ["threads", "shoal"])
-def test_ctrl_c_stops_and_removes_scratch(tmp_path: Path, backend: str) -> None:
+@pytest.mark.parametrize("backend, sig", [("threads", signal.SIGINT), ("shoal", signal.SIGINT),
+                                          ("shoal", signal.SIGTERM)])
+def test_ctrl_c_stops_and_removes_scratch(tmp_path: Path, backend: str, sig: int) -> None:
     (tmp_path / "in.txt").write_text("data\n")
     (tmp_path / "job.sh").write_text(
         "cp in.txt tmp.txt\nsleep 60 && cat tmp.txt > out.txt\nrm tmp.txt\n")
@@ -71,7 +72,7 @@ def test_ctrl_c_stops_and_removes_scratch(tmp_path: Path, backend: str) -> None:
         pytest.fail("scratch file never appeared")
     time.sleep(0.5)
     t0 = time.time()
-    p.send_signal(signal.SIGINT)
+    p.send_signal(sig)
     _out, err = p.communicate(timeout=30)
     assert time.time() - t0 < 20
     assert p.returncode == 130, err
