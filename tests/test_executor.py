@@ -231,3 +231,20 @@ def test_drops_into_code_that_takes_a_map_hook(ex):
         return sum(map(inc, data))
 
     assert analysis(range(100), map=ex.map) == sum(range(1, 101))
+
+
+def test_many_short_commands_all_complete(ex):
+    # Regression: a finished command whose pipe fd number had been reused by a newer command
+    # was never reported (its future hung). Thousands of short commands with captured output
+    # reuse fds constantly.
+    fs = [ex.submit(Command(["echo", str(i)])) for i in range(3000)]
+    outs = [f.result(timeout=120).stdout for f in fs]
+    assert outs == [f"{i}\n".encode() for i in range(3000)]
+
+
+def test_dependents_of_many_commands_all_run(ex):
+    for _ in range(5):
+        first = [ex.submit(Command(["sh", "-c", "sleep 0.01"])) for _ in range(19)]
+        second = [ex.options(after=[f]).submit(Command(["true"])) for f in first]
+        join = ex.options(after=second).submit(inc, 1)
+        assert join.result(timeout=60) == 2

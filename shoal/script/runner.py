@@ -36,8 +36,6 @@ from .cluster import Cluster
 from .compiler import Plan
 
 SKIPPED = "skip"
-LOST_COMPLETION_S = 5.0  # a chain's end marker exists but the runtime has not reported it
-STALL_S = 10.0  # nothing running and nothing finishing: the runtime lost a dispatch
 
 
 @dataclass
@@ -134,7 +132,7 @@ def _chain_script(plan: Plan, cluster: Cluster, lay: _Layout, local_delete: dict
     inside = set(cluster.steps)
     r = shlex.quote(lay.root)
     out = ["#!/bin/sh", f"# cluster {cluster.id} of {plan.script}", f"R={r}",
-           # mkdir is atomic: a chain dispatched twice (runtime retry, client takeover) runs once
+           # mkdir is atomic: a chain dispatched twice (e.g. a retry after a lost agent) runs once
            f'mkdir "$R/started/{cluster.id}" 2>/dev/null || exit 0',
            '_ok() { [ "$(cat "$R/st/$1" 2>/dev/null)" = 0 ]; }']
     for v in cluster.steps:
@@ -285,84 +283,29 @@ def _run_shoal(plan: Plan, scripts: list[str], workdir: str, opts: RunOptions,
                cluster_done: Callable[[int], None], root: str) -> None:
     from shoal import Command, Executor
 
-    n = len(plan.clusters)
     ex = Executor(workers=opts.workers)
     fut_of: dict[int, cf.Future] = {}
     cid_of: dict[cf.Future, int] = {}
-    finished: set[int] = set()
-
-    def submit(cid: int, with_after: bool) -> None:
-        cmd = Command(["/bin/sh", scripts[cid]], cwd=workdir, stdout="devnull", stderr="capture")
-        deps = sorted(plan.clusters[cid].deps)
-        if with_after and deps:
-            fut = ex.options(after=[fut_of[d] for d in deps]).submit(cmd)
-        else:
-            fut = ex.submit(cmd)
-        fut_of[cid] = fut
-        cid_of[fut] = cid
-
-    def marker(kind: str, cid: int) -> bool:
-        return os.path.exists(os.path.join(root, kind, str(cid)))
-
-    def finish(cid: int) -> None:
-        if cid not in finished:
-            finished.add(cid)
-            cluster_done(cid)
-
-    # Normal mode: everything submitted at once, the head releases clusters as their `after`
-    # dependencies finish. If the runtime stalls (nothing running, nothing finishing for
-    # STALL_S), the client takes over: it submits each remaining cluster once its
-    # dependencies are done. A chain runs at most once whatever happens (see _chain_script).
-    client_driven = False
+    # Everything is submitted at once; the head releases each cluster when the clusters it
+    # depends on have finished (`after`).
     try:
         for c in plan.clusters:  # clusters are created in topological order
-            submit(c.id, True)
-        pending = set(cid_of)
-        last_progress = time.monotonic()
-        while len(finished) < n:
-            done, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)
-            now = time.monotonic()
-            for fut in done:
-                finish(cid_of[fut])
-                last_progress = now
-                if not fut.cancelled() and fut.exception() is None:
-                    err = fut.result().stderr  # the chain's own errors (its commands' go to files)
-                    if err:
-                        sys.stderr.write(err.decode(errors="replace"))
-            idle = now - last_progress
-            if idle > LOST_COMPLETION_S:  # finished chains whose completion was not reported
-                for fut in list(pending):
-                    if marker("done", cid_of[fut]):
-                        pending.discard(fut)
-                        finish(cid_of[fut])
-            running = [c for c in range(n) if marker("started", c) and not marker("done", c)] \
-                if idle > STALL_S or client_driven else [0]
-            if not client_driven and not running and idle > STALL_S:
-                client_driven = True
-                print("shoal script: warning: the runtime stalled; dispatching the remaining "
-                      "clusters from the client", file=sys.stderr)
-                for fut in pending:
-                    fut.cancel()
-                pending = set()
-            if client_driven:
-                for c in plan.clusters:
-                    if c.id in finished or marker("started", c.id):
-                        if marker("done", c.id):
-                            finish(c.id)
-                        continue
-                    fut = fut_of.get(c.id)
-                    fresh = fut is not None and fut.done() is False and fut in pending
-                    if not fresh and c.deps <= finished:
-                        submit(c.id, False)
-                        pending.add(fut_of[c.id])
-                if not pending and len(finished) < n and not running:
-                    time.sleep(0.1)
+            cmd = Command(["/bin/sh", scripts[c.id]], cwd=workdir, stdout="devnull",
+                          stderr="capture")
+            after = [fut_of[d] for d in sorted(c.deps)]
+            fut = ex.options(after=after).submit(cmd) if after else ex.submit(cmd)
+            fut_of[c.id] = fut
+            cid_of[fut] = c.id
+        for fut in cf.as_completed(list(cid_of)):
+            cluster_done(cid_of[fut])
+            if not fut.cancelled() and fut.exception() is None:
+                err = fut.result().stderr  # the chain's own errors (its commands' go to files)
+                if err:
+                    sys.stderr.write(err.decode(errors="replace"))
     except KeyboardInterrupt:
         ex.shutdown(wait=False, cancel_futures=True)
         raise
-    # a future the runtime never resolved would make a waiting shutdown hang
-    clean = all(f.done() for f in cid_of)
-    ex.shutdown(wait=clean, cancel_futures=not clean)
+    ex.shutdown()
 
 
 def _run_threads(plan: Plan, scripts: list[str], workdir: str, opts: RunOptions,
