@@ -149,6 +149,16 @@ def simulate(dag: Dag, clusters: list[Cluster], workers: int, cost: list[float] 
     finish = [0.0] * len(clusters)
     events: list[tuple[float, int]] = []
     done = 0
+
+    def release() -> None:
+        """The earliest running cluster finishes: its dependents may become ready."""
+        t_done, did = heapq.heappop(events)
+        for s in dependents[did]:
+            remaining[s] -= 1
+            ready_at[s] = max(ready_at[s], t_done)
+            if remaining[s] == 0:
+                heapq.heappush(ready, (ready_at[s], s))
+
     while done < len(clusters):
         if ready:
             t_ready, cid = heapq.heappop(ready)
@@ -156,12 +166,7 @@ def simulate(dag: Dag, clusters: list[Cluster], workers: int, cost: list[float] 
             start = max(t_ready, t_worker)
             # a cluster that becomes ready before this start must be considered first
             while events and events[0][0] <= start:
-                t_done, did = heapq.heappop(events)
-                for s in dependents[did]:
-                    remaining[s] -= 1
-                    ready_at[s] = max(ready_at[s], t_done)
-                    if remaining[s] == 0:
-                        heapq.heappush(ready, (ready_at[s], s))
+                release()
                 if ready and ready[0][0] < t_ready:
                     heapq.heappush(ready, (t_ready, cid))
                     t_ready, cid = heapq.heappop(ready)
@@ -171,10 +176,5 @@ def simulate(dag: Dag, clusters: list[Cluster], workers: int, cost: list[float] 
             heapq.heappush(events, (finish[cid], cid))
             done += 1
         else:
-            t_done, did = heapq.heappop(events)
-            for s in dependents[did]:
-                remaining[s] -= 1
-                ready_at[s] = max(ready_at[s], t_done)
-                if remaining[s] == 0:
-                    heapq.heappush(ready, (ready_at[s], s))
+            release()
     return max(finish) if finish else 0.0
