@@ -101,7 +101,7 @@ class Agent:
         self.mean: dict[int, float] = {}     # per function (and kind): EWMA of run time
         self.recent_mean = QUEUE_TARGET_S    # of the last batch of results
         self.cmd_mean = QUEUE_TARGET_S       # EWMA of command run time (launch to exit)
-        self.head_credit = 0      # window to send to the head at the next flush (0: none)
+        self.window_to_send = 0   # window to send to the head at the next flush (0: none)
         self.sent_window = -1
         self.out_results: list[list[Any]] = []
         self.out_submit: list[list[Any]] = []
@@ -191,7 +191,7 @@ class Agent:
         lost = [t for t in w.tasks if t in w.blocked or t == running]
         requeue = [spec for t, spec in w.tasks.items() if t not in w.blocked and t != running]
         for tid in lost:
-            self._result_to_head([tid, P.LOST, why.encode(), None], 1)
+            self._result_to_head([tid, P.LOST, why.encode(), None])
         for spec in reversed(requeue):
             (self.pinned.setdefault(spec[6], deque()) if spec[6] >= 0 else self.py_queue
              ).appendleft(spec)
@@ -221,7 +221,6 @@ class Agent:
             for item in msg[1]:
                 w = self.by_origin.get(item[0] >> 32)
                 if w is not None:
-                    self.out_workers.setdefault(w.ident, [])
                     self._queue_child_result(w, item)
         elif kind == P.WELCOME:
             info = msg[1]
@@ -260,12 +259,7 @@ class Agent:
         return dropped
 
     def _revoke(self, tids: set[int]) -> None:
-        self.py_queue = deque(s for s in self.py_queue if s[0] not in tids)
-        self.cmd_queue = deque(s for s in self.cmd_queue if s[0] not in tids)
-        for q in self.pinned.values():
-            kept = [s for s in q if s[0] not in tids]
-            q.clear()
-            q.extend(kept)
+        self._drop_queued(tids)
         for run in list(self.commands.values()):
             if run.tid in tids:
                 launcher.kill(run)
@@ -314,8 +308,8 @@ class Agent:
             if msg[2]:
                 self.out_funcs.update(msg[2])
 
-    def _result_to_head(self, item: list[Any], cores: int) -> None:
-        self.out_results.append(item)  # cores: the window (sent separately) accounts for them
+    def _result_to_head(self, item: list[Any]) -> None:
+        self.out_results.append(item)  # the window (sent separately) accounts for its cores
 
     def _want_credit(self) -> None:
         """Tell the head the window of unfinished tasks this agent wants (cores' worth).
@@ -334,7 +328,7 @@ class Agent:
             window += min(QUEUE_MAX, int(self.slots * QUEUE_TARGET_S / max(self.cmd_mean, 1e-5)))
         if window != self.sent_window:
             self.sent_window = window
-            self.head_credit = window
+            self.window_to_send = window
 
     # ---- placing work ---------------------------------------------------------------------
     def _free_cores(self) -> int:
@@ -395,7 +389,7 @@ class Agent:
             try:
                 run = launcher.spawn(spec[0], spec[3], cores, self.base_env)
             except launcher.LaunchError as exc:
-                self._result_to_head([spec[0], P.ERR, str(exc).encode(), None], cores)
+                self._result_to_head([spec[0], P.ERR, str(exc).encode(), None])
                 continue
             self.cmd_cores += cores
             self.commands[run.pidfd] = run
@@ -427,7 +421,7 @@ class Agent:
         dt = time.monotonic() - run.started
         self.cmd_mean = 0.8 * self.cmd_mean + 0.2 * dt
         status, payload = launcher.outcome(run)
-        self._result_to_head([run.tid, status, payload, None], run.cores)
+        self._result_to_head([run.tid, status, payload, None])
 
     # ---- sending -------------------------------------------------------------------------
     def _send_head(self, msg: list[Any]) -> None:
@@ -468,8 +462,8 @@ class Agent:
             self.func_blobs.update(funcs)
             self._send_head([P.SUBMIT, subs, funcs, 0])
             self.sent_at = time.monotonic()
-        if self.head_credit > 0:
-            n, self.head_credit = self.head_credit, 0
+        if self.window_to_send > 0:
+            n, self.window_to_send = self.window_to_send, 0
             self._send_head([P.CREDIT, n])
             self.sent_at = time.monotonic()
 
