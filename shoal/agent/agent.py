@@ -482,7 +482,10 @@ class Agent:
     def run(self) -> None:
         set_parent_death_signal()
         signal.signal(signal.SIGUSR1, self.dump_state)
-        # Fork the warm workers before this process has any ZeroMQ context or thread.
+        # Fork the warm workers before this process has any ZeroMQ context or thread, after
+        # importing what they run: imported once here, every worker starts with it for free.
+        if self.nworkers:
+            import shoal.agent.worker  # noqa: F401
         self._start_workers(self.nworkers)
         self.ctx = zmq.Context()
         self.wsock = self.ctx.socket(zmq.ROUTER)
