@@ -26,6 +26,7 @@ _WHERE = {
     "DependencyError": "shoal.client.future",
     "Executor": "shoal.client.executor",
     "ExecutorError": "shoal.client.executor",
+    "AgentInfo": "shoal.client.executor",
     "RemoteError": "shoal.client.future",
     "RemoteTraceback": "shoal.client.future",
     "ShoalFuture": "shoal.client.future",
@@ -55,7 +56,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs
     from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION  # noqa: F401
 
     from shoal.client.command import Command, CommandError, CommandResult  # noqa: F401
-    from shoal.client.executor import Executor, ExecutorError  # noqa: F401
+    from shoal.client.executor import AgentInfo, Executor, ExecutorError  # noqa: F401
     from shoal.client.future import (  # noqa: F401
         DependencyError,
         RemoteError,

@@ -122,6 +122,32 @@ def test_manual_head_and_two_agents(head):
     assert parents == {a1.pid, a2.pid}
 
 
+def test_agents_listing_and_placement(head):
+    connfile, proc, add_agent = head
+    a1, a2 = add_agent(2), add_agent(2)
+    with Executor(connect=str(connfile)) as ex:
+        deadline = time.monotonic() + 30
+        while len(ex.agents()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        infos = ex.agents()
+        assert {i.pid for i in infos} == {a1.pid, a2.pid}
+        assert all(i.slots == 2 and i.host for i in infos)
+        by_pid = {i.pid: i.name for i in infos}
+        target = by_pid[a2.pid]
+        pinned = [ex.options(agent=target).submit(agent_pid, i) for i in range(12)]
+        assert {f.result() for f in pinned} == {a2.pid}
+        assert {f.agent for f in pinned} == {target}
+        # a soft preference runs where asked while that agent has room
+        pref = ex.options(prefer=by_pid[a1.pid]).submit(agent_pid, 0)
+        assert pref.result() == a1.pid and pref.agent == by_pid[a1.pid]
+        # any task reports where it ran
+        f = ex.submit(agent_pid, 0)
+        assert by_pid[f.result()] == f.agent
+        bad = ex.options(agent="no-such-agent").submit(agent_pid, 0)
+        with pytest.raises(Exception, match="no agent named 'no-such-agent'"):
+            bad.result(30)
+
+
 def test_unauthenticated_messages_are_dropped(head):
     connfile, proc, add_agent = head
     add_agent(1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 from shoal.head.core import SchedulerCore
 from shoal.transport import protocol as P
 
@@ -127,3 +129,58 @@ def test_owner_leaving_drops_its_tasks():
     d = core.cancel_owner(OWNER)
     assert d.revoke == {A: [1]}
     assert not core.tasks and not core.ready
+
+
+def placed(tid: int, agent: bytes, hard: bool, cores: int = 1) -> list:
+    return [tid, P.PY, 1, b"", [], cores, -1, [agent.decode(), hard]]
+
+
+def test_placed_tasks_go_to_their_agent_first():
+    core = SchedulerCore()
+    core.add_agent(A, 2)
+    core.add_agent(B, 2)
+    core.set_window(A, 2)
+    d = core.submit([task(1), placed(2, B, True), placed(3, B, False), task(4)], OWNER)
+    assert [s[0] for s in d.dispatch[A]] == [1, 4]  # B has no window yet: its tasks wait
+    d = core.set_window(B, 2)
+    assert [s[0] for s in d.dispatch[B]] == [2, 3]
+
+
+def test_soft_placement_is_stolen_only_by_idle_agents_and_hard_never():
+    core = SchedulerCore()
+    core.add_agent(A, 1)
+    core.add_agent(B, 1)
+    core.set_window(B, 1)
+    d = core.submit([placed(i, B, hard=(i % 2 == 0)) for i in range(1, 7)], OWNER)
+    assert [s[0] for s in d.dispatch[B]] == [1]
+    d = core.set_window(A, 2)  # A idles while B is full: it takes soft ones only
+    assert [s[0] for s in d.dispatch[A]] == [3, 5]
+    d = core.finished(B, [[1, P.OK, b"", None]])
+    assert [s[0] for s in d.dispatch[B]] == [2]
+    d = core.finished(A, [[3, P.OK, b"", None], [5, P.OK, b"", None]])
+    assert A not in d.dispatch  # 4 and 6 are pinned to B
+
+
+def test_hard_placement_errors_and_loss():
+    core = SchedulerCore()
+    core.add_agent(A, 2)
+    d = core.submit([placed(1, b"nobody", True), placed(2, A, True, cores=4)], OWNER)
+    errs = {i[0]: bytes(i[2]).decode() for i in d.resolve[OWNER]}
+    assert "no agent named 'nobody'" in errs[1] and "agent-a has 2" in errs[2]
+    core.add_agent(B, 1)
+    core.submit([placed(3, B, True), placed(4, B, False)], OWNER)
+    d = core.remove_agent(B, "node died")
+    assert [(i[0], i[1]) for i in d.resolve[OWNER]] == [(3, P.LOST)]
+    assert core.ready == deque([4])  # the soft one goes back to the shared queue
+    d = core.set_window(A, 1)
+    assert [s[0] for s in d.dispatch[A]] == [4]
+
+
+def test_cancel_a_placed_task():
+    core = SchedulerCore()
+    core.add_agent(A, 1)
+    core.submit([placed(1, A, True), placed(2, A, False)], OWNER)
+    done, _ = core.cancel([2], OWNER)
+    assert done == [2] and core.placed == 1
+    d = core.set_window(A, 4)
+    assert [s[0] for s in d.dispatch[A]] == [1]

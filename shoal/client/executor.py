@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures as cf
+import dataclasses
 import itertools
 import math
 import os
@@ -34,6 +35,16 @@ _live: weakref.WeakSet[Executor] = weakref.WeakSet()
 
 class ExecutorError(RuntimeError):
     """The runtime behind an executor failed (the head stopped or cannot be reached)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentInfo:
+    """An agent (one per node) connected to the head; ``name`` is what placement takes."""
+
+    name: str
+    host: str
+    slots: int
+    pid: int = 0
 
 
 class Executor(cf.Executor):
@@ -83,6 +94,7 @@ class Executor(cf.Executor):
         self._pending: list[list[Any]] = []
         self._pending_static: list[list[Any]] = []
         self._futures: dict[int, ShoalFuture] = {}
+        self._agent_names: dict[int, str] = {}
         self._requests: list[tuple[list[Any], threading.Event, list[Any]]] = []
         self._req_ids = itertools.count(1)
         self._waiting_replies: dict[int, tuple[threading.Event, list[Any]]] = {}
@@ -114,7 +126,7 @@ class Executor(cf.Executor):
     # ---- public API ---------------------------------------------------------------------
     def submit(self, fn: Callable[..., Any] | Command, /, *args: Any, **kwargs: Any) -> ShoalFuture:
         """Schedule ``fn(*args, **kwargs)`` (or a :class:`Command`); returns its future."""
-        return self._submit(fn, args, kwargs, (), 1)
+        return self._submit(fn, args, kwargs, (), 1, None)
 
     def map(
         self,
@@ -128,15 +140,47 @@ class Executor(cf.Executor):
         ``chunksize=None`` groups items so each slot gets about four chunks (what
         ``multiprocessing.Pool.map`` does); ``chunksize=1`` sends one task per item.
         """
-        return self._map(fn, iterables, timeout, chunksize, (), 1)
+        return self._map(fn, iterables, timeout, chunksize, (), 1, None)
 
-    def options(self, *, after: Sequence[cf.Future] = (), cores: int = 1) -> _Options:
+    def options(
+        self,
+        *,
+        after: Sequence[cf.Future] = (),
+        cores: int = 1,
+        agent: str | None = None,
+        prefer: str | None = None,
+    ) -> _Options:
         """Submit with options: ``ex.options(after=[f1, f2], cores=2).submit(fn, x)``.
 
         ``after``: futures of this executor that must succeed first; if one fails or is
         cancelled, the task is not run and its future raises :class:`DependencyError`.
+        ``agent``: run only on the agent of that name (see :meth:`agents`); the task
+        fails if no such agent is connected and is lost if it leaves.
+        ``prefer``: run on that agent when it has room, elsewhere only when another
+        agent would otherwise idle (e.g. the node that holds the task's input files).
         """
-        return _Options(self, tuple(after), cores)
+        if agent is not None and prefer is not None:
+            raise ValueError("give agent= or prefer=, not both")
+        place = [agent, True] if agent is not None else [prefer, False] if prefer is not None else None
+        return _Options(self, tuple(after), cores, place)
+
+    def agents(self, timeout: float = 10.0) -> list[AgentInfo]:
+        """The agents connected to the head now (one per node), in the order they joined."""
+        infos = self._request([P.AGENTS], timeout)[0]
+        with self._lock:
+            for a in infos:
+                self._agent_names[a["num"]] = a["name"]
+        return [AgentInfo(a["name"], a["host"], a["slots"], a["pid"]) for a in infos]
+
+    def _agent_name(self, num: int) -> str | None:
+        name = self._agent_names.get(num)
+        if name is None and not self._closed:
+            try:
+                self.agents()
+            except ExecutorError:
+                return None
+            name = self._agent_names.get(num)
+        return name
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._lock:
@@ -170,7 +214,7 @@ class Executor(cf.Executor):
 
     # ---- submission internals -------------------------------------------------------------
     def _submit(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-                after: tuple[cf.Future, ...], cores: int) -> ShoalFuture:
+                after: tuple[cf.Future, ...], cores: int, place: list[Any] | None) -> ShoalFuture:
         deps, failed = _dep_ids(self, after)
         with self._lock:
             if self._shutdown:
@@ -193,6 +237,8 @@ class Executor(cf.Executor):
             if failed is not None:
                 fut.set_exception(failed)
                 return fut
+            if place is not None:
+                spec.append(place)
             self._futures[spec[0]] = fut
             (self._pending_static if self._static else self._pending).append(spec)
             wake = self._io_sleeping
@@ -203,7 +249,7 @@ class Executor(cf.Executor):
 
     def _map(self, fn: Callable[..., Any], iterables: tuple[Iterable[Any], ...],
              timeout: float | None, chunksize: int | None,
-             after: tuple[cf.Future, ...], cores: int) -> Iterator[Any]:
+             after: tuple[cf.Future, ...], cores: int, place: list[Any] | None) -> Iterator[Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
         items = list(zip(*iterables, strict=False))
         if chunksize is None:
@@ -231,6 +277,8 @@ class Executor(cf.Executor):
                     futs.append(fut)
                     continue
                 fut = ShoalFuture(spec[0], self)
+                if place is not None:
+                    spec.append(place)
                 if failed is not None:
                     fut.set_exception(failed)
                 else:
@@ -332,11 +380,13 @@ class Executor(cf.Executor):
                         kind = msg[0]
                         if kind == P.RESULTS:
                             pop = futures.pop
-                            for tid, status, payload, _extra in msg[1]:
+                            for tid, status, payload, agent_num in msg[1]:
                                 fut = pop(tid, None)
                                 if fut is not None:
+                                    if agent_num:
+                                        fut._agent_num = agent_num
                                     deliver(fut, status, payload)
-                        elif kind in (P.CANCEL, P.STATS):
+                        elif kind in (P.CANCEL, P.STATS, P.AGENTS):
                             waiter = self._waiting_replies.pop(msg[1], None)
                             if waiter is not None:
                                 waiter[1].append(msg[2])
@@ -406,21 +456,22 @@ class Executor(cf.Executor):
 class _Options:
     """Submission with dependencies and resources; see :meth:`Executor.options`."""
 
-    def __init__(self, ex: Any, after: tuple[cf.Future, ...], cores: int) -> None:
+    def __init__(self, ex: Any, after: tuple[cf.Future, ...], cores: int,
+                 place: list[Any] | None = None) -> None:
         if cores < 1:
             raise ValueError(f"cores must be >= 1, not {cores}")
-        self._ex, self._after, self._cores = ex, after, cores
+        self._ex, self._after, self._cores, self._place = ex, after, cores, place
 
     def submit(self, fn: Callable[..., Any] | Command, /, *args: Any, **kwargs: Any) -> ShoalFuture:
         if isinstance(fn, Command) and self._cores != 1 and fn.cores == 1:
             import dataclasses
 
             fn = dataclasses.replace(fn, cores=self._cores)
-        return self._ex._submit(fn, args, kwargs, self._after, self._cores)
+        return self._ex._submit(fn, args, kwargs, self._after, self._cores, self._place)
 
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any], timeout: float | None = None,
             chunksize: int | None = None) -> Iterator[Any]:
-        return self._ex._map(fn, iterables, timeout, chunksize, self._after, self._cores)
+        return self._ex._map(fn, iterables, timeout, chunksize, self._after, self._cores, self._place)
 
 
 def _dep_ids(ex: Any, after: tuple[cf.Future, ...]) -> tuple[list[int], BaseException | None]:

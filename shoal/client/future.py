@@ -45,10 +45,21 @@ class TaskError(Exception):
 class ShoalFuture(cf.Future):
     """A Future for a task; ``tid`` identifies the task for the whole run."""
 
+    _agent_num = 0  # set from the result: the number of the agent that ran the task
+
     def __init__(self, tid: int, owner: Any) -> None:
         super().__init__()
         self.tid = tid
         self._owner = owner
+
+    @property
+    def agent(self) -> str | None:
+        """Name of the agent that ran the task, once it finished (None before, or when
+        it did not run on an agent: cancelled, failed dependency, impossible request)."""
+        if not self._agent_num:
+            return None
+        lookup = getattr(self._owner, "_agent_name", None)
+        return lookup(self._agent_num) if lookup is not None else None
 
     def result(self, timeout: float | None = None) -> Any:
         if self._state not in ("FINISHED", "CANCELLED", "CANCELLED_AND_NOTIFIED"):

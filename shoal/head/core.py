@@ -13,6 +13,12 @@ Schedules
 - static: a batch is split up front into contiguous blocks, one per slot of the agents
   known at that moment (mpi4py-scatter style), and pushed whatever the credit.
 
+Placement (optional 8th task field ``[agent, hard]``): a placed task waits in its
+agent's own queue, which that agent drains before the shared one. A hard placement
+runs only there (and is lost with that agent); a soft one (a preference, e.g. "where my
+inputs are") is taken by another agent only when that agent would otherwise idle while
+the preferred one is full.
+
 Dependencies: a task waits in ``waiting`` until every task it depends on succeeded;
 if one failed or was cancelled it is resolved DEPFAIL without running. The head keeps
 live tasks only: a dependency that is no longer live and not in ``failed`` succeeded.
@@ -27,13 +33,14 @@ from typing import Any
 from shoal.transport.protocol import CANCELLED, DEPFAIL, ERR
 
 # positions in the task tuple (see transport.protocol)
-T_ID, T_KIND, T_FID, T_PAYLOAD, T_DEPS, T_CORES, T_HINT = range(7)
+T_ID, T_KIND, T_FID, T_PAYLOAD, T_DEPS, T_CORES, T_HINT, T_PLACE = range(8)
 
 QUEUED, WAITING, DISPATCHED = 0, 1, 2
 
 
 class Task:
-    __slots__ = ("tid", "spec", "owner", "state", "agent", "cores", "ndeps", "dependents", "static")
+    __slots__ = ("tid", "spec", "owner", "state", "agent", "cores", "ndeps", "dependents", "static",
+                 "place", "hard")
 
     def __init__(self, tid: int, spec: list[Any], owner: bytes, static: bool) -> None:
         self.tid = tid
@@ -45,6 +52,12 @@ class Task:
         self.ndeps = 0
         self.dependents: list[int] | None = None
         self.static = static
+        self.place: bytes | None = None
+        self.hard = False
+        if len(spec) > T_PLACE and spec[T_PLACE]:
+            name, hard = spec[T_PLACE]
+            self.place = name.encode() if isinstance(name, str) else name
+            self.hard = bool(hard)
 
 
 @dataclass
@@ -54,6 +67,7 @@ class AgentState:
     window: int = 0      # cores' worth of unfinished tasks the agent wants (it says so)
     inflight: int = 0    # cores' worth of unfinished tasks it has
     running: set[int] = field(default_factory=set)
+    own: deque[int] = field(default_factory=deque)  # tasks placed on this agent, ready
 
     @property
     def credit(self) -> int:
@@ -97,6 +111,7 @@ class SchedulerCore:
         self.failed: dict[int, int] = {}          # tid -> status, for dependency checks
         self.pending_static: list[Task] = []      # static tasks waiting for a first agent
         self.completed = 0
+        self.placed = 0                            # ready tasks waiting in agents' own queues
 
     # ---- agents -------------------------------------------------------------------
     def add_agent(self, name: bytes, slots: int) -> Decisions:
@@ -120,8 +135,20 @@ class SchedulerCore:
             task = self.tasks.get(tid)
             if task is not None:
                 self._finish(task, LOST, _err(f"agent {name.decode()} was lost: {reason}"), d)
+        self.placed -= len(agent.own)
+        for tid in agent.own:
+            task = self.tasks.get(tid)
+            if task is None:
+                continue
+            if task.hard:
+                self._finish(task, LOST, _err(f"agent {name.decode()} it was placed on left: {reason}"), d)
+            else:
+                self.ready.append(tid)
+        agent.own.clear()
         if not self.agents:
             return d
+        if self.ready:
+            self._fill_all(d)
         self._fail_impossible(d)
         return d
 
@@ -158,11 +185,34 @@ class SchedulerCore:
                     continue
             fresh.append(task)
         if static:
-            self._place_static(fresh, d)
-        else:
-            self.ready.extend(t.tid for t in fresh)
+            self._place_static([t for t in fresh if t.place is None], d)
+            fresh = [t for t in fresh if t.place is not None]
+        for task in fresh:
+            if task.place is None:
+                self.ready.append(task.tid)
+            else:
+                self._enqueue_placed(task, d)
+        if fresh:
             self._fill_all(d)
         return d
+
+    def _enqueue_placed(self, task: Task, d: Decisions) -> None:
+        agent = self.agents.get(task.place)  # type: ignore[arg-type]
+        if agent is None:
+            if task.hard:
+                self._finish(task, ERR, _err(f"no agent named {task.place.decode()!r} is connected"), d)  # type: ignore[union-attr]
+            else:
+                self.ready.append(task.tid)
+            return
+        if task.cores > agent.slots:
+            if task.hard:
+                self._finish(task, ERR, _err(f"task asks for {task.cores} cores but agent "
+                                             f"{agent.name.decode()} has {agent.slots}"), d)
+            else:
+                self.ready.append(task.tid)
+            return
+        agent.own.append(task.tid)
+        self.placed += 1
 
     def _wire_deps(self, task: Task, deps: list[int]) -> int | None:
         for dep in deps:
@@ -188,7 +238,7 @@ class SchedulerCore:
                 agent.running.discard(task.tid)
                 agent.inflight -= task.cores
             self._finish(task, item[1], item[2], d, item)
-        if self.ready:
+        if self.ready or self.placed:
             self._fill_all(d)
         return d
 
@@ -209,10 +259,7 @@ class SchedulerCore:
                     d.revoke.setdefault(task.agent, []).append(tid)
                 continue
             if task.state == QUEUED and not task.static:
-                try:
-                    self.ready.remove(tid)
-                except ValueError:
-                    pass
+                self._unqueue(task)
             elif task.static:
                 self.pending_static = [t for t in self.pending_static if t.tid != tid]
             done.append(tid)
@@ -231,9 +278,23 @@ class SchedulerCore:
                 agent.running.discard(tid)
                 agent.inflight -= task.cores
             self._finish(task, CANCELLED, b"", d, notify_owner=False)
-        if self.ready:
+        if self.ready or self.placed:
             self._fill_all(d)
         return d
+
+    def _unqueue(self, task: Task) -> None:
+        place = self.agents.get(task.place) if task.place is not None else None
+        if place is not None:
+            try:
+                place.own.remove(task.tid)
+                self.placed -= 1
+                return
+            except ValueError:
+                pass
+        try:
+            self.ready.remove(task.tid)
+        except ValueError:
+            pass
 
     def cancel_owner(self, owner: bytes) -> Decisions:
         """The owner went away: drop its queued tasks, revoke dispatched ones."""
@@ -248,6 +309,11 @@ class SchedulerCore:
             self._finish(task, CANCELLED, b"", d, notify_owner=False)
         if self.ready:
             self.ready = deque(t for t in self.ready if t in self.tasks)
+        if self.placed:
+            for agent in self.agents.values():
+                if agent.own:
+                    agent.own = deque(t for t in agent.own if t in self.tasks)
+            self.placed = sum(len(a.own) for a in self.agents.values())
         return d
 
     # ---- internals ----------------------------------------------------------------
@@ -278,7 +344,9 @@ class SchedulerCore:
                 child.ndeps -= 1
                 if child.ndeps == 0 and child.state == WAITING:
                     child.state = QUEUED
-                    if child.static:
+                    if child.place is not None:
+                        self._enqueue_placed(child, d)
+                    elif child.static:
                         self._place_static([child], d)
                     else:
                         self.ready.append(child_id)
@@ -287,11 +355,13 @@ class SchedulerCore:
         # Most credit first, so a burst spreads over agents instead of filling one.
         agents = sorted(self.agents.values(), key=lambda a: -a.credit)
         for agent in agents:
-            if not self.ready:
+            if not (self.ready or self.placed):
                 break
             self._fill(agent, d)
 
     def _fill(self, agent: AgentState, d: Decisions) -> None:
+        if agent.own:
+            self._fill_own(agent, d)
         ready, tasks = self.ready, self.tasks
         out: list[list[Any]] | None = None
         skipped: list[int] = []
@@ -316,6 +386,53 @@ class SchedulerCore:
         if skipped:
             ready.extendleft(reversed(skipped))
             self._fail_impossible(d)
+        if self.placed and agent.credit > 0 and not agent.own:
+            self._steal(agent, d)
+
+    def _take(self, agent: AgentState, task: Task, d: Decisions) -> None:
+        agent.inflight += task.cores
+        task.state = DISPATCHED
+        task.agent = agent.name
+        agent.running.add(task.tid)
+        d.send(agent.name, task.spec)
+
+    def _fill_own(self, agent: AgentState, d: Decisions) -> None:
+        own, tasks = agent.own, self.tasks
+        while own and agent.credit > 0:
+            task = tasks.get(own[0])
+            if task is None:
+                own.popleft()
+                self.placed -= 1
+                continue
+            if task.cores > agent.credit:
+                break
+            own.popleft()
+            self.placed -= 1
+            self._take(agent, task, d)
+
+    def _steal(self, thief: AgentState, d: Decisions) -> None:
+        """``thief`` has room and nothing to do: take soft-placed tasks from full agents."""
+        tasks = self.tasks
+        for victim in self.agents.values():
+            if victim is thief or not victim.own or victim.credit > 0:
+                continue
+            keep: deque[int] = deque()
+            own = victim.own
+            while own and thief.credit > 0:
+                tid = own.popleft()
+                task = tasks.get(tid)
+                if task is None:
+                    self.placed -= 1
+                    continue
+                if task.hard or task.cores > thief.credit:
+                    keep.append(tid)
+                    continue
+                self.placed -= 1
+                self._take(thief, task, d)
+            if keep:
+                own.extendleft(reversed(keep))
+            if thief.credit <= 0:
+                return
 
     def _fail_impossible(self, d: Decisions) -> None:
         """Fail tasks that ask for more cores than any agent has (while agents exist)."""

@@ -28,7 +28,7 @@ ORIGINS_PER_AGENT = 1 << 16  # tid origins an agent may hand to worker incarnati
 
 
 class Peer:
-    __slots__ = ("ident", "role", "sent_fids", "last_seen", "slots", "info")
+    __slots__ = ("ident", "role", "sent_fids", "last_seen", "slots", "info", "num")
 
     def __init__(self, ident: bytes, role: str, info: dict[str, Any]) -> None:
         self.ident = ident
@@ -37,6 +37,7 @@ class Peer:
         self.last_seen = time.monotonic()
         self.slots = int(info.get("slots", 0))
         self.info = info
+        self.num = 0  # agents: a small number stamped on the results they return
 
 
 class Head:
@@ -67,6 +68,7 @@ class Head:
         self.peers: dict[bytes, Peer] = {}
         self.funcs: dict[int, bytes] = {}
         self.next_origin = 1
+        self.next_agent_num = 1
         self.running = True
         self.bad_messages = 0
         self._cancels: dict[int, list[Any]] = {}   # key -> [client, req, done, agents, t]
@@ -124,7 +126,12 @@ class Head:
             peer.last_seen = time.monotonic()
         if kind == P.RESULTS:
             if peer is not None:
-                self._apply(self.core.finished(ident, msg[1]))
+                results = msg[1]
+                num = peer.num
+                if num:
+                    for item in results:
+                        item[3] = num
+                self._apply(self.core.finished(ident, results))
         elif kind == P.SUBMIT:
             if peer is None:
                 return
@@ -156,6 +163,8 @@ class Head:
                 self._send(agent, [P.CANCEL, key, agent_tids])
         elif kind == P.STATS:
             self._send(ident, [P.STATS, msg[1], self.stats()])
+        elif kind == P.AGENTS:
+            self._send(ident, [P.AGENTS, msg[1], self.agents()])
         elif kind == P.HEARTBEAT:
             pass
         elif kind == P.BYE:
@@ -183,6 +192,8 @@ class Head:
                          "slots": self.core.total_slots() + peer.slots}],
         )
         if role == "agent":
+            peer.num = self.next_agent_num
+            self.next_agent_num += 1
             log.info("agent %s joined with %d slots", ident.decode(errors="replace"), peer.slots)
             self._apply(self.core.add_agent(ident, peer.slots))
 
@@ -266,6 +277,14 @@ class Head:
         for ident, _peer in list(self.peers.items()):
             self._send(ident, [P.SHUTDOWN])
         self.peers.clear()
+
+    def agents(self) -> list[dict[str, Any]]:
+        """The connected agents: name, number, host, slots, pid."""
+        return [
+            {"name": p.ident.decode(errors="replace"), "num": p.num, "slots": p.slots,
+             "host": str(p.info.get("host", "")), "pid": int(p.info.get("pid", 0))}
+            for p in self.peers.values() if p.role == "agent"
+        ]
 
     def stats(self) -> dict[str, Any]:
         core = self.core

@@ -15,9 +15,10 @@ Task tuples (positions, to keep envelopes small and fast):
       deps     list  tids that must succeed first ([] for none)
       cores    int   cores the task occupies
       hint     int   static schedule: slot index the task is pinned to (-1: any)
+      place    [agent, hard]  optional 8th field: run on that agent (hard) or prefer it
     RESULT = [tid, status, payload, extra]
       status   OK, ERR (payload: pickled exception + traceback), CANCELLED, DEPFAIL
-      extra    small msgpack-able dict (timings, agent, attempt) or None
+      extra    set by the head: the number of the agent that ran the task (see AGENTS)
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ BYE = 8            # orderly leave: [BYE, reason]
 SHUTDOWN = 9       # head -> agents, agent -> workers: stop now
 HEARTBEAT = 10     # liveness both ways: [HEARTBEAT]
 STATS = 11         # client -> head: [STATS] / head -> client: [STATS, info]
+AGENTS = 12        # client -> head: [AGENTS, req] / head -> client: [AGENTS, req, [info...]]
 
 # ---- task kinds and result statuses ---------------------------------------------
 PY = 0
