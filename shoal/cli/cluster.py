@@ -3,6 +3,10 @@
     node0$ shoal head --connection-file run.json         # prints where it listens
     nodeN$ shoal agent --connect run.json                # on every node (shared file system)
     client: Executor(connect="run.json")  or  python -m shoal --connect run.json prog.py
+
+With ``--bundle ROOT`` (a node-local copy made by ``shoal bcast --to ROOT``) the command
+re-executes itself with the interpreter in ROOT and the rerouted environment, so the
+agent and every worker it forks import from node-local storage (docs/bundle.md).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import logging
 import os
 import socket
 import sys
+from pathlib import Path
 from typing import Any
 
 from shoal._sys import stop_on_signals
@@ -27,6 +32,7 @@ def add_parser(sub: Any) -> None:
     h.add_argument("--host", default=None,
                    help="host name or address agents and clients use (default: this host's name)")
     h.add_argument("--prefetch", type=int, default=1, help="tasks queued per slot (default 1)")
+    h.add_argument("--bundle", metavar="ROOT", help=BUNDLE_HELP)
     h.set_defaults(func=head_command)
 
     a = sub.add_parser("agent", help="join a head as this node's agent")
@@ -34,10 +40,71 @@ def add_parser(sub: Any) -> None:
     a.add_argument("--slots", type=int, help="cores offered (default: all cores)")
     a.add_argument("--workers", type=int, help="warm Python workers (default: slots)")
     a.add_argument("--name", help="agent name (default: agent-HOST-PID-XXXX)")
+    a.add_argument("--bundle", metavar="ROOT", help=BUNDLE_HELP + "; workers import ROOT/app "
+                   "(tier 3) instead of the current directory when it is there")
     a.set_defaults(func=agent_command)
 
 
+BUNDLE_HELP = "run from the node-local bundle copy at ROOT (made by `shoal bcast --to ROOT`)"
+
+# The re-executed process starts with this instead of ``-m shoal.cli.main``: ``-c`` and
+# ``-m`` put the current directory first on sys.path, which would import shoal from a
+# source checkout (or search the shared file system) instead of from ROOT.
+_BOOT = ("import os,sys;p=sys.path;p and p[0] in ('',os.getcwd()) and p.pop(0);"
+         "from shoal.cli.main import main;sys.exit(main())")
+_REEXEC = "_SHOAL_BUNDLE_REEXEC"  # set for the re-executed process only, against loops
+
+
+def _same(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def run_from_bundle(what: str, root: str, argv: list[str]) -> str | None:
+    """Make this process run from the bundle at ``root``: return None when it already
+    does, else replace it (``os.execve``) with ROOT's interpreter running ``shoal
+    *argv`` in ``rerouted_environ(root)``; return an error message when that cannot be."""
+    from shoal.bundle import BundleError, python_executable, rerouted_environ
+
+    root = os.path.abspath(root)
+    if os.environ.get(_REEXEC) == root:  # we are the re-executed process
+        del os.environ[_REEXEC]
+        if _same(sys.prefix, root) and os.environ.get("SHOAL_BUNDLE_ROOT") == root:
+            return None
+        return f"--bundle {root}: the re-executed interpreter runs from {sys.prefix}, not from the bundle"
+    if not os.path.exists(root):
+        return f"--bundle {root}: no such directory (run `shoal bcast BUNDLE... --to {root}` first)"
+    if os.path.isfile(root):
+        return f"--bundle {root}: a file, not an unpacked bundle root (give the `shoal bcast --to` directory)"
+    try:
+        py = python_executable(root)
+        env = rerouted_environ(root)
+    except BundleError as exc:
+        return f"--bundle {exc}"
+    if not list(Path(root).glob("lib/python3*/site-packages/shoal/__init__.py")):
+        return (f"--bundle {root}: the bundle has no shoal package in lib/pythonX.Y/site-packages "
+                "(deliver a tier-2 bundle built without --no-shoal)")
+    env[_REEXEC] = root
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(py, [str(py), "-c", _BOOT, what, *argv], env)
+    except OSError as exc:
+        return f"--bundle {root}: cannot run {py}: {exc}"
+    return None  # not reached
+
+
+def _opt(flag: str, value: object) -> list[str]:
+    return [] if value is None else [flag, str(value)]
+
+
 def head_command(args: argparse.Namespace) -> int:
+    if args.bundle:
+        err = run_from_bundle("head", args.bundle, [
+            "--connection-file", os.path.abspath(args.connection_file), "--bind", args.bind,
+            *_opt("--host", args.host), "--prefetch", str(args.prefetch), "--bundle", args.bundle])
+        if err:
+            print(f"shoal head: {err}", file=sys.stderr)
+            return 2
     from shoal.head.server import Head
 
     logging.basicConfig(level=logging.INFO, format="shoal head: %(message)s")
@@ -63,6 +130,17 @@ def head_command(args: argparse.Namespace) -> int:
 
 
 def agent_command(args: argparse.Namespace) -> int:
+    sys_path = [os.getcwd()]
+    if args.bundle:
+        err = run_from_bundle("agent", args.bundle, [
+            "--connect", os.path.abspath(args.connect), *_opt("--slots", args.slots),
+            *_opt("--workers", args.workers), *_opt("--name", args.name), "--bundle", args.bundle])
+        if err:
+            print(f"shoal agent: {err}", file=sys.stderr)
+            return 2
+        app = os.path.join(os.path.abspath(args.bundle), "app")
+        if os.path.isdir(app):  # the application's tier 3: local, unlike the current directory
+            sys_path = [app]
     from shoal.agent.agent import Agent
 
     logging.basicConfig(level=logging.INFO, format="shoal agent: %(message)s")
@@ -72,7 +150,7 @@ def agent_command(args: argparse.Namespace) -> int:
         print(f"shoal agent: {exc}", file=sys.stderr)
         return 2
     agent = Agent(conn.address, conn.key, slots=args.slots, workers=args.workers, name=args.name,
-                  sys_path=[os.getcwd()])
+                  sys_path=sys_path)
 
     stop_on_signals(agent)
     agent.run()
