@@ -143,6 +143,39 @@ def test_nested_wait_and_as_completed(ex):
     assert ex.submit(tree_as_completed, 4).result(timeout=60) == 81
 
 
+def pids_of_children(rounds):
+    same = 0
+    for _ in range(rounds):
+        kids = [futures.submit(pid_of_worker) for _ in range(2)]
+        same += sum(k.result() == os.getpid() for k in kids)
+    return same, 2 * rounds
+
+
+def parent_of_crashing_child(_):
+    return futures.submit(crash, "exit").result()
+
+
+def raises_in_child(x):
+    return futures.submit(boom, x).result()
+
+
+def test_waited_on_sub_tasks_run_in_the_parents_process(ex):
+    # Kept sub-tasks run in the worker of the parent that waits for them: no message
+    # leaves the process (SCOOP's behaviour). Some may go out under heavy load.
+    same, total = ex.submit(pids_of_children, 50).result(timeout=60)
+    assert same >= total // 4, (same, total)
+
+
+def test_kept_sub_tasks_keep_remote_semantics(ex):
+    with pytest.raises(ValueError, match="bad value 7") as info:
+        ex.submit(raises_in_child, 7).result(timeout=60)
+    assert "boom" in str(info.value.__cause__)  # the child's traceback travels as for remote ones
+    # a sub-task that kills the worker loses the task that spawned it, once, not forever
+    with pytest.raises(TaskLost, match="exited with status 3"):
+        ex.submit(parent_of_crashing_child, 0).result(timeout=60)
+    assert ex.submit(inc, 1).result(timeout=60) == 2
+
+
 def test_command_results(ex, tmp_path):
     r = ex.submit(Command(["sh", "-c", "echo out; echo err >&2; exit 3"])).result(timeout=30)
     assert (r.returncode, r.stdout, r.stderr) == (3, b"out\n", b"err\n")

@@ -3,8 +3,15 @@
 Each task runs in its own greenlet. When a task waits on sub-tasks it submitted
 (``future.result()``, ``shoal.wait``, ``as_completed``), its greenlet parks and the
 worker goes on with other tasks, so a blocked task never holds the worker's core: a
-tree of any depth completes on a single worker, and children often run in the process
-of the parent that waits for them (SCOOP's lesson).
+tree of any depth completes on a single worker.
+
+Sub-tasks run in the process of the parent that waits for them when they can (SCOOP's
+lesson; Cilk's work-first order): a task keeps its first LOCAL_KEEP plain sub-tasks of
+each burst in this worker's local deque, and the worker runs the newest first whenever
+its tasks block. What waits there longer than LOCAL_AGE_S -- the oldest, near the root
+of a tree, so the biggest pieces -- goes out to the agent for other workers and nodes,
+as do all further sub-tasks of a burst. Kept sub-tasks never cost a message; their
+arguments and results are still pickled, so a task sees the same values either way.
 
 Messages with the agent (all batched):
   in:  TASKS [specs, funcs], RESULTS [results of sub-tasks], CANCEL, SHUTDOWN
@@ -41,6 +48,8 @@ _current: WorkerContext | None = None
 
 FLUSH_AFTER_S = 0.002     # a result waits at most this long for company before it is sent
 FLUSH_COUNT = 256
+LOCAL_KEEP = 2            # sub-tasks per burst a task keeps to run in this process
+LOCAL_AGE_S = 0.001       # a kept sub-task waiting longer than this goes out to the agent
 
 
 def current() -> WorkerContext | None:
@@ -75,6 +84,11 @@ class WorkerContext:
         self.blocked: set[greenlet.greenlet] = set()
         self.timers: list[tuple[float, int, greenlet.greenlet]] = []
         self.cancelled: set[int] = set()
+        # kept sub-tasks: (time kept, spec, agent task on whose behalf it runs)
+        self.local: deque[tuple[float, list[Any], int]] = deque()
+        self.local_tids: set[int] = set()    # kept sub-tasks started here
+        self.slot_of: dict[greenlet.greenlet, int] = {}  # what the agent is told runs
+        self.burst = 0              # sub-tasks the running greenlet submitted since switched in
 
     # ---- sending ------------------------------------------------------------------
     def _send(self, msg: list[Any]) -> None:
@@ -141,7 +155,7 @@ class WorkerContext:
     # ---- running ------------------------------------------------------------------
     def loop(self) -> None:
         while self.running:
-            busy = bool(self.queue or self.runnable)
+            busy = bool(self.queue or self.runnable or self.local)
             if not busy:
                 self.flush()
                 timeout = 1000
@@ -151,12 +165,20 @@ class WorkerContext:
             else:
                 self._recv_all(0)
             self._fire_timers()
-            # resumed parents first: they free memory and unblock their own waiters
+            if self.local and time.monotonic() - self.local[0][0] > LOCAL_AGE_S:
+                self._export(time.monotonic() - LOCAL_AGE_S)
+            # resumed parents first: they free memory and unblock their own waiters;
+            # then kept sub-tasks, newest first (depth first, like the caller would)
             for _ in range(64):
+                self.burst = 0
                 if self.runnable:
                     g = self.runnable.popleft()
                     if not g.dead:
                         self._resume(g)
+                elif self.local:
+                    _, spec, root = self.local.pop()
+                    self.local_tids.add(spec[0])
+                    self._start(spec, root)
                 elif self.queue:
                     self._start(self.queue.popleft())
                 else:
@@ -167,7 +189,14 @@ class WorkerContext:
                 ):
                     self.flush()
 
-    def _start(self, spec: list[Any]) -> None:
+    def _export(self, older_than: float) -> None:
+        """Send kept sub-tasks kept since before ``older_than`` out to the agent."""
+        local = self.local
+        while local and local[0][0] <= older_than:
+            self.out_submit.append(local.popleft()[1])
+        self.flush()
+
+    def _start(self, spec: list[Any], root: int = 0) -> None:
         tid = spec[0]
         if tid in self.cancelled:
             self.cancelled.discard(tid)
@@ -175,15 +204,19 @@ class WorkerContext:
             return
         g = greenlet.greenlet(self._run)
         self.task_of[g] = tid
+        # A kept sub-task runs on behalf of the agent's task that spawned it: if this
+        # process dies now, that task is the one the agent reports lost.
+        slot_tid = self.slot_of[g] = root or tid
         slot = self.running_slot
-        if slot is not None:  # if this process dies now, the agent knows which task did it
-            _pack_into("q", slot, self.slot_offset, tid)
+        if slot is not None:
+            _pack_into("q", slot, self.slot_offset, slot_tid)
         t0 = time.perf_counter()
         g.switch(spec)
         if slot is not None:
             _pack_into("q", slot, self.slot_offset, 0)
         if g.dead:  # finished without blocking: a clean run-time sample for the agent
             del self.task_of[g]
+            del self.slot_of[g]
             dt = time.perf_counter() - t0
             key = spec[2] if spec[1] == P.PY else -spec[2]
             st = self.stats.get(key)
@@ -195,17 +228,20 @@ class WorkerContext:
 
     def _resume(self, g: greenlet.greenlet) -> None:
         tid = self.task_of.get(g)
+        slot_tid = self.slot_of.get(g, 0)
         if g in self.blocked:
             self.blocked.discard(g)
-            self.events.append(-tid)
+            if slot_tid == tid:  # the agent knows this task (not a kept sub-task)
+                self.events.append(-tid)
         slot = self.running_slot
         if slot is not None:
-            _pack_into("q", slot, self.slot_offset, tid)
+            _pack_into("q", slot, self.slot_offset, slot_tid)
         g.switch()
         if slot is not None:
             _pack_into("q", slot, self.slot_offset, 0)
         if g.dead:
             self.task_of.pop(g, None)
+            self.slot_of.pop(g, None)
 
     def _run(self, spec: list[Any]) -> None:
         tid, kind, fid, payload = spec[0], spec[1], spec[2], spec[3]
@@ -244,6 +280,12 @@ class WorkerContext:
         return fn
 
     def _result(self, tid: int, status: int, payload: bytes) -> None:
+        if tid in self.local_tids:  # a kept sub-task: its parent is in this process
+            self.local_tids.discard(tid)
+            fut = self.children.pop(tid, None)
+            if fut is not None:
+                deliver(fut, status, payload)
+            return
         if not self.out_results:
             self.first_unsent = time.monotonic()
         self.out_results.append([tid, status, payload, None])
@@ -264,7 +306,13 @@ class WorkerContext:
             return fut
         fut = ShoalFuture(spec[0], self)
         self.children[spec[0]] = fut
-        self.out_submit.append(spec)
+        g = greenlet.getcurrent()
+        self.burst += 1
+        if spec[1] == P.PY and self.burst <= LOCAL_KEEP and g in self.slot_of:
+            self.funcs.setdefault(spec[2], fn)  # type: ignore[arg-type]
+            self.local.append((time.monotonic(), spec, self.slot_of[g]))
+        else:
+            self.out_submit.append(spec)
         return fut
 
     def map(self, fn: Callable[..., Any], *iterables: Any, timeout: float | None = None,
@@ -281,9 +329,10 @@ class WorkerContext:
     def _cancel(self, futs: list[ShoalFuture]) -> bool:
         # Sub-tasks not yet sent can be dropped here; sent ones are owned by the head.
         tids = {f.tid for f in futs}
-        before = len(self.out_submit)
+        before = len(self.out_submit) + len(self.local)
         self.out_submit = [s for s in self.out_submit if s[0] not in tids]
-        if len(self.out_submit) != before:
+        self.local = deque(e for e in self.local if e[1][0] not in tids)
+        if len(self.out_submit) + len(self.local) != before:
             for t in tids:
                 self.children.pop(t, None)
             return True
@@ -293,7 +342,10 @@ class WorkerContext:
         """Park the calling task until ``futs`` satisfy ``return_when`` (or timeout)."""
         g = greenlet.getcurrent()
         if g is self.hub or g not in self.task_of:
-            # Not inside a task greenlet (e.g. module import): drive the loop here.
+            # Not inside a task greenlet (e.g. module import): drive the loop here, with
+            # every kept sub-task sent out (nothing runs them while we wait here).
+            if self.local:
+                self._export(float("inf"))
             deadline = None if timeout is None else time.monotonic() + timeout
             while not _satisfied(futs, return_when):
                 if deadline is not None and time.monotonic() >= deadline:
@@ -316,10 +368,15 @@ class WorkerContext:
                 f.add_done_callback(wake)
         if deadline is not None:
             heapq.heappush(self.timers, (deadline, id(g), g))
+        known = self.slot_of.get(g) == self.task_of[g]
         while True:
             self.blocked.add(g)
-            self.events.append(self.task_of[g])
-            self.flush()  # sub-tasks must leave before we wait on them
+            if known:
+                self.events.append(self.task_of[g])
+            if self.out_submit or not self.local:
+                self.flush()  # sub-tasks must leave before we wait on them
+            # else: this worker goes on with kept sub-tasks; the agent hears of the
+            # blocked task with the next flush (it would only send us more work now)
             self.hub.switch()
             if _satisfied(futs, return_when):
                 return
