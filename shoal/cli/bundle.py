@@ -1,7 +1,8 @@
 """`shoal bundle`, `shoal bcast`, `shoal env`: fast start from node-local copies.
 
     shoal bundle --out ~/.shoal/bundles [--app DIR] [--pip REQ]...   # prints bundle paths
-    shoal bcast BUNDLE... --to /dev/shm/$USER/shoal [--transport auto|mpi|sbcast|local]
+    shoal bcast BUNDLE... --to /dev/shm/$USER/shoal [--transport auto|agents|mpi|sbcast|local]
+    shoal bcast BUNDLE... --to /dev/shm/$USER/shoal --connect run.json   # through shoal's agents
     eval "$(shoal env --root /dev/shm/$USER/shoal --trap)"
     shoal bcast --cleanup --to /dev/shm/$USER/shoal
 """
@@ -38,15 +39,20 @@ def add_parser(subparsers) -> None:
                               "checksums verified, later bundles overlaying earlier ones, installed "
                               "atomically and private to the user.")
     c.add_argument("bundles", nargs="*", help="bundle files (.tar.zst), in overlay order")
-    c.add_argument("--to", required=True, help="node-local destination, e.g. /dev/shm/$USER/shoal")
-    c.add_argument("--transport", default="auto", choices=("auto", "local", "mpi", "sbcast", "agents"))
+    c.add_argument("--to", required=True, help="node-local destination, e.g. /dev/shm/$USER/shoal "
+                   "(agents: may contain {agent} and {host})")
+    c.add_argument("--transport", default="auto", choices=("auto", "local", "mpi", "sbcast", "agents"),
+                   help="auto: agents with --connect/$SHOAL_CONNECT, else mpi, sbcast or local")
+    c.add_argument("--connect", metavar="FILE", help="agents: connection file of a running `shoal head` "
+                   "(default $SHOAL_CONNECT); one receiver per agent's node")
+    c.add_argument("--chunk-mb", type=float, default=8, help="agents: bytes per task (default 8 MiB)")
     c.add_argument("--fresh", action="store_true", help="replace what DEST holds instead of overlaying it")
     c.add_argument("--cleanup", action="store_true", help="remove DEST on every node and exit")
     c.add_argument("--mpirun", help="launcher for --transport mpi (default $SHOAL_MPIRUN or "
                    "'mpirun --map-by ppr:1:node')")
     c.add_argument("--receivers", default="per-node", choices=("per-node", "per-rank"),
                    help="MPI: one receiver per node (default) or per rank (DEST may contain {rank})")
-    c.add_argument("--json", action="store_true", help="MPI: print per-receiver timings as JSON")
+    c.add_argument("--json", action="store_true", help="MPI, agents: print per-receiver timings as JSON")
     c.set_defaults(func=cmd_bcast)
 
     e = subparsers.add_parser("env", help="print shell exports that reroute Python to a local copy",
@@ -98,17 +104,25 @@ def cmd_bcast(args: argparse.Namespace) -> int:
         if args.cleanup:
             if args.bundles:
                 return _fail("bcast --cleanup takes no bundle files")
-            rep = remove_everywhere(args.to, args.transport, mpirun=mpirun, receivers=args.receivers)
+            rep = remove_everywhere(args.to, args.transport, mpirun=mpirun, receivers=args.receivers,
+                                    connect=args.connect)
         else:
             if not args.bundles:
                 return _fail("bcast: no bundle files given")
             rep = deliver(args.bundles, args.to, args.transport, fresh=args.fresh, mpirun=mpirun,
-                          receivers=args.receivers, json_out=args.json)
+                          receivers=args.receivers, json_out=args.json, connect=args.connect,
+                          chunk_size=int(args.chunk_mb * (1 << 20)))
     except BundleError as exc:
         return _fail(f"bcast: {exc}")
+    for err in rep.errors:
+        print(f"shoal bcast: {err}", file=sys.stderr)
+    if args.json and rep.transport == "agents":
+        print(json.dumps({"transport": rep.transport, "seconds": rep.seconds, "status": rep.status,
+                          "bytes": rep.nbytes, "send_s": rep.send_s, "errors": rep.errors, "nodes": rep.nodes}))
     if rep.status == 0 and rep.transport != "mpi":
         what = "removed" if args.cleanup else "delivered to"
-        print(f"shoal bcast: {what} {args.to} via {rep.transport} in {rep.seconds:.2f} s", file=sys.stderr)
+        nodes = f" on {len(rep.nodes)} nodes" if rep.nodes else ""
+        print(f"shoal bcast: {what} {args.to} via {rep.transport}{nodes} in {rep.seconds:.2f} s", file=sys.stderr)
     return rep.status
 
 

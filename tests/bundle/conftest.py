@@ -63,6 +63,12 @@ def original_prefixes() -> list[str]:
     return sorted({os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix), sys.prefix, sys.base_prefix})
 
 
+@pytest.fixture(scope="session")
+def runtime_cls():
+    """The ``Runtime`` class, for fixtures of a wider scope than ``runtime``."""
+    return Runtime
+
+
 @pytest.fixture()
 def runtime(tmp_path):
     """``with runtime(head_args=[...]) as rt: rt.agent(...)``: a real head and agents."""

@@ -20,7 +20,7 @@ from shoal.bundle.transport import choose
 @pytest.fixture()
 def no_allocation(monkeypatch):
     for k in ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS",
-              "PBS_NODEFILE", "LSB_HOSTS", "PE_HOSTFILE"):
+              "PBS_NODEFILE", "LSB_HOSTS", "PE_HOSTFILE", "SHOAL_CONNECT"):
         monkeypatch.delenv(k, raising=False)
 
 
@@ -53,7 +53,7 @@ def test_auto_prefers_registered_agents_and_they_stream_into_a_staged_install(no
         assert (dest / "app" / "main.py").exists()
     finally:
         register_agent_transport(None)
-    with pytest.raises(BundleError, match="no shoal agents are connected"):
+    with pytest.raises(BundleError, match="no shoal runtime to deliver through"):
         deliver(bundles[-1:], local_base / "x", transport="agents")
 
 

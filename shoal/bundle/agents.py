@@ -1,0 +1,346 @@
+"""The ``agents`` transport: deliver bundles through a running shoal runtime.
+
+One receiver per agent (= per node; agents on one host that resolve to the same DEST
+share one receiver). For each receiver the client submits a chain of tasks pinned to
+that agent (``ex.options(agent=NAME, after=[previous])``):
+
+1. ``node_begin``: make DEST's parent (owner-only) and a private incoming directory
+   beside DEST;
+2. ``node_append`` per chunk (8 MiB by default): write the chunk at its offset in the
+   incoming copy of the bundle file (in order, at most ``window`` chunks in flight per
+   receiver, so the client holds a bounded amount of memory);
+3. ``node_prepare``: check the size, then unpack every bundle into a fresh staging
+   directory while verifying its sha256 (and zstd's and tar's own checks); the incoming
+   files are deleted;
+4. only when every receiver prepared successfully, ``node_commit`` switches DEST on each
+   with one ``rename``; otherwise ``node_discard`` removes the staging and incoming
+   directories everywhere, and DEST stays as it was on every node (all or none).
+
+The functions ``node_*`` run in the agents' workers and travel by reference, so the
+workers need shoal importable (it is in every tier 2 bundle). ``DEST`` may contain
+``{agent}`` and ``{host}`` to keep copies apart (several agents on one host in tests).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import time
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .archive import CHUNK, BundleError, expected_digest, iter_file_chunks, unpack_stream
+from .install import (
+    _siblings_prefix,
+    cleanup,
+    commit,
+    current_generation,
+    discard,
+    ensure_parent,
+    finalize_stage,
+    made_parents,
+    new_stage,
+    remove_empty,
+)
+
+WINDOW = 4  # chunks in flight per receiver
+
+
+# ---- on each node (in an agent's worker) ------------------------------------------------
+
+def _incoming(dest: Path, token: str) -> Path:
+    # named like the generations, so `shoal bcast --cleanup` removes leftovers too
+    return dest.parent / f"{_siblings_prefix(dest)}in-{token}"
+
+
+def node_begin(dest: str, token: str) -> dict[str, Any]:
+    """Prepare this node to receive: DEST's parent and a private incoming directory."""
+    d = Path(dest)
+    ensure_parent(d)
+    current_generation(d)  # a foreign DEST fails now, before any byte travels
+    _incoming(d, token).mkdir(mode=0o700)
+    return {"host": socket.gethostname(), "pid": os.getppid()}
+
+
+def node_append(dest: str, token: str, name: str, offset: int, data: bytes) -> int:
+    """Write one chunk of bundle ``name`` at ``offset``; return the size received so far."""
+    path = _incoming(Path(dest), token) / name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        have = os.fstat(fd).st_size
+        if have < offset:
+            raise BundleError(f"{name}: chunk at byte {offset} but only {have} bytes received (a chunk was lost)")
+        os.pwrite(fd, data, offset)
+        if have > offset + len(data):  # a chunk written again (after a retry): drop what followed
+            os.ftruncate(fd, offset + len(data))
+    finally:
+        os.close(fd)
+    return offset + len(data)
+
+
+def node_prepare(dest: str, token: str, items: list[tuple[str, int, str]], fresh: bool) -> dict[str, Any]:
+    """Verify and unpack the received bundles (``(name, size, sha256)`` each, in overlay
+    order) into a new staging directory; return its path. DEST is not switched yet."""
+    d = Path(dest)
+    inc = _incoming(d, token)
+    t0 = time.perf_counter()
+    stage = None
+    try:
+        for name, size, _ in items:
+            p = inc / name
+            got = p.stat().st_size if p.exists() else 0
+            if got != size:
+                raise BundleError(f"{name}: {got} of {size} bytes received: truncated in transit")
+        stage = new_stage(d, overlay=not fresh)
+        for name, _, digest in items:
+            unpack_stream(iter_file_chunks(inc / name), stage, name, digest)
+        finalize_stage(stage)
+    except BaseException:
+        if stage is not None:
+            discard(stage)
+        raise
+    finally:
+        shutil.rmtree(inc, ignore_errors=True)
+    return {"stage": str(stage), "unpack_s": time.perf_counter() - t0}
+
+
+def node_commit(dest: str, stage: str) -> None:
+    """Switch DEST to the prepared staging directory (one atomic rename)."""
+    commit(Path(dest), Path(stage))
+
+
+def node_discard(dest: str, token: str, stage: str | None) -> None:
+    """Throw away what a failed delivery left on this node; DEST is untouched."""
+    shutil.rmtree(_incoming(Path(dest), token), ignore_errors=True)
+    if stage:
+        discard(Path(stage))
+
+
+def node_cleanup(dest: str) -> list[str]:
+    """``shoal bcast --cleanup`` on this node; return the parent directories shoal made
+    that are not empty yet (another receiver's DEST may still be inside)."""
+    d = Path(dest)
+    made = made_parents(d)
+    cleanup(d, parents=False)
+    gone = remove_empty(made)
+    return [str(p) for p in made if p not in gone and p.is_dir()]
+
+
+def node_remove_empty(dirs: list[str]) -> list[str]:
+    """Another cleanup round for parents shared between receivers; return what is left."""
+    made = [Path(x) for x in dirs]
+    gone = remove_empty(made)
+    return [str(p) for p in made if p not in gone and p.is_dir()]
+
+
+# ---- in the client ---------------------------------------------------------------------
+
+@dataclass
+class _Receiver:
+    agent: str
+    host: str
+    dest: str
+    last: Future | None = None
+    inflight: deque = field(default_factory=deque)
+    error: str | None = None
+    stage: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    started: bool = False
+
+    @property
+    def where(self) -> str:
+        return f"{self.host} (agent {self.agent})"
+
+
+def dest_for(template: str, agent: str, host: str) -> str:
+    """DEST on one node: ``{agent}`` and ``{host}`` replaced, made absolute."""
+    return os.path.abspath(template.replace("{agent}", agent).replace("{host}", host))
+
+
+def receivers(ex: Any, dest: str, agents: Sequence[str] | None = None) -> tuple[list[_Receiver], list[dict]]:
+    """One receiver per distinct (host, DEST) among the connected agents (or ``agents``)."""
+    infos = ex.agents()
+    if agents is not None:
+        known = {a.name for a in infos}
+        missing = [a for a in agents if a not in known]
+        if missing:
+            raise BundleError(f"transport 'agents': no connected agent named {', '.join(missing)}")
+        infos = [a for a in infos if a.name in set(agents)]
+    if not infos:
+        raise BundleError("transport 'agents': no agents are connected to the head")
+    seen: dict[tuple[str, str], str] = {}
+    out, shared = [], []
+    for a in infos:
+        d = dest_for(dest, a.name, a.host)
+        key = (a.host, d)
+        if key in seen:  # another agent on this node already receives for this DEST
+            shared.append({"agent": a.name, "host": a.host, "dest": d, "via": seen[key]})
+            continue
+        seen[key] = a.name
+        out.append(_Receiver(a.name, a.host, d))
+    return out, shared
+
+
+def _settle(r: _Receiver, fut: Future) -> Any:
+    """The future's result; the receiver's first error (the oldest failing task of its
+    chain, i.e. the cause: later ones only fail on their dependency) is kept."""
+    try:
+        return fut.result()
+    except BaseException as exc:  # noqa: BLE001 - a remote failure of any type names the node
+        if r.error is None:
+            r.error = f"{r.where}: {_describe(exc)}"
+        return None
+
+
+def _describe(exc: BaseException) -> str:
+    name = type(exc).__name__
+    text = str(exc).strip().splitlines()
+    msg = text[0] if text else ""
+    if name in ("BundleError",):
+        return msg
+    if name == "TaskLost":
+        return f"agent lost during delivery ({msg})" if msg else "agent lost during delivery"
+    return f"{name}: {msg}" if msg else name
+
+
+def deliver_via_agents(
+    ex: Any,
+    bundle_paths: Sequence[Path | str],
+    dest: Path | str,
+    *,
+    fresh: bool = False,
+    chunk_size: int = CHUNK,
+    window: int = WINDOW,
+    agents: Sequence[str] | None = None,
+) -> Any:
+    """Deliver bundles to ``dest`` on every agent of executor ``ex``; all nodes switch or none.
+
+    Returns a ``DeliveryReport`` whose ``status`` is 0 when every node installed, 1 when
+    any failed (``errors`` names each node and what went wrong; no node switched then).
+    """
+    from .transport import DeliveryReport
+
+    t0 = time.perf_counter()
+    paths = [Path(os.path.abspath(p)) for p in bundle_paths]
+    items = []
+    for p in paths:
+        if not p.is_file():
+            raise BundleError(f"{p}: no such bundle file")
+        items.append((p.name, p.stat().st_size, expected_digest(p)))
+    if len({name for name, _, _ in items}) != len(items):
+        raise BundleError("two bundles with the same file name")
+    recv, shared = receivers(ex, str(dest), agents)
+    token = secrets.token_hex(6)
+    chunk_size = max(1 << 16, int(chunk_size))
+    window = max(1, int(window))
+
+    def submit(r: _Receiver, fn: Any, *args: Any) -> Future:
+        after = [r.last] if r.last is not None else []
+        fut = ex.options(agent=r.agent, after=after).submit(fn, *args)
+        r.last = fut
+        r.inflight.append(fut)
+        return fut
+
+    def drain(r: _Receiver, keep: int) -> None:
+        while len(r.inflight) > keep:
+            res = _settle(r, r.inflight.popleft())
+            if isinstance(res, dict) and not r.info:
+                r.info.update(res)
+
+    for r in recv:
+        submit(r, node_begin, r.dest, token)
+        r.started = True
+    t_send = time.perf_counter()
+    for (name, size, _), p in zip(items, paths, strict=True):
+        offset = 0
+        for data in iter_file_chunks(p, chunk_size):
+            live = [r for r in recv if r.error is None]
+            if not live:
+                break
+            for r in live:
+                drain(r, window - 1)
+                if r.error is None:
+                    submit(r, node_append, r.dest, token, name, offset, data)
+            offset += len(data)
+        if offset != size:
+            for r in recv:
+                drain(r, 0)
+            _abort(ex, recv, token)
+            raise BundleError(f"{p}: changed while it was being sent ({offset} of {size} bytes)")
+    for r in recv:
+        if r.error is None:
+            submit(r, node_prepare, r.dest, token, items, fresh)
+    send_s = time.perf_counter() - t_send
+    for r in recv:
+        while r.inflight:
+            fut = r.inflight.popleft()
+            res = _settle(r, fut)
+            if isinstance(res, dict) and "stage" in res:
+                r.stage = res["stage"]
+                r.info["unpack_s"] = res["unpack_s"]
+            elif isinstance(res, dict) and not r.info:
+                r.info.update(res)
+    errors = [r.error for r in recv if r.error]
+    if errors:
+        _abort(ex, recv, token)
+        errors.append("nothing was switched on any node (all or none)")
+    else:
+        switched = [(r, ex.options(agent=r.agent).submit(node_commit, r.dest, r.stage)) for r in recv]
+        for r, fut in switched:
+            _settle(r, fut)
+        bad = [r for r in recv if r.error]
+        errors = [r.error for r in bad]
+        if bad:
+            errors.append(f"DEST was switched on {len(recv) - len(bad)} of {len(recv)} nodes; "
+                          "the others failed at the final rename")
+    total = sum(size for _, size, _ in items)
+    nodes = [{"agent": r.agent, "host": r.host, "dest": r.dest, "ok": r.error is None, "error": r.error,
+              "unpack_s": r.info.get("unpack_s")} for r in recv]
+    nodes += [{**s, "ok": not errors, "error": None, "shared": True} for s in shared]
+    return DeliveryReport("agents", time.perf_counter() - t0, 1 if errors else 0, errors=errors,
+                          nodes=nodes, nbytes=total, send_s=send_s)
+
+
+def _abort(ex: Any, recv: list[_Receiver], token: str) -> None:
+    """Remove staging and incoming directories on every node still reachable."""
+    futs = []
+    for r in recv:
+        if r.started:
+            try:
+                futs.append(ex.options(agent=r.agent).submit(node_discard, r.dest, token, r.stage))
+            except Exception:  # noqa: BLE001 - the executor itself is gone: nothing to reach
+                pass
+    for f in futs:
+        try:
+            f.result(timeout=60)
+        except BaseException:  # noqa: BLE001 - a lost agent keeps its leftovers; cleanup removes them
+            pass
+
+
+def cleanup_via_agents(ex: Any, dest: Path | str, agents: Sequence[str] | None = None) -> Any:
+    """Remove DEST (generations, staging, made parents) on every agent's node."""
+    from .transport import DeliveryReport
+
+    t0 = time.perf_counter()
+    recv, _ = receivers(ex, str(dest), agents)
+    futs = [(r, ex.options(agent=r.agent).submit(node_cleanup, r.dest)) for r in recv]
+    left = {r.agent: _settle(r, f) or [] for r, f in futs}
+    # receivers whose DESTs share a parent shoal made ({agent} in DEST): whoever made it
+    # removes it once the others have emptied it, in rounds (as the MPI transport does)
+    while any(left.values()):
+        futs = [(r, ex.options(agent=r.agent).submit(node_remove_empty, left[r.agent]))
+                for r in recv if left.get(r.agent)]
+        now = {r.agent: _settle(r, f) or [] for r, f in futs}
+        if sum(map(len, now.values())) >= sum(map(len, left.values())):
+            break  # no progress: someone else's files are in there; leave them
+        left = now
+    errors = [r.error for r in recv if r.error]
+    nodes = [{"agent": r.agent, "host": r.host, "dest": r.dest, "ok": r.error is None, "error": r.error}
+             for r in recv]
+    return DeliveryReport("agents", time.perf_counter() - t0, 1 if errors else 0, errors=errors, nodes=nodes)
