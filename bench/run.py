@@ -106,6 +106,10 @@ def availability(name):
     if name == "shoal-cli" and not os.path.exists(os.path.join(ROOT, ".venv", "bin", "shoal")):
         return "not available: no .venv/bin/shoal"
     if name == "shoal":
+        # An installed package has its bytecode compiled (pip does it); the editable
+        # checkout may not (PYTHONDONTWRITEBYTECODE), which would time the compiler.
+        subprocess.run([py, "-m", "compileall", "-q", os.path.join(ROOT, "shoal"), HERE],
+                       capture_output=True)
         p = subprocess.run(
             [py, "-c", "from shoal import Executor, Command"], capture_output=True, text=True
         )

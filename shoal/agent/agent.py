@@ -498,6 +498,7 @@ class Agent:
         self.head.setsockopt(zmq.SNDHWM, 0)
         self.head.setsockopt(zmq.RCVHWM, 0)
         self.head.setsockopt(zmq.LINGER, 2000)
+        self.head.setsockopt(zmq.RECONNECT_IVL, 10)  # a head starting beside us: retry soon
         self.head.connect(self.address)
         self._child_results: dict[bytes, list[list[Any]]] = {}
         self.sent_at = time.monotonic()
@@ -577,7 +578,8 @@ class Agent:
                 pass
         deadline = time.monotonic() + 2.0
         for w in list(self.workers.values()):
-            while time.monotonic() < deadline:
+            # one that has not said hello may not be connected yet and never hear us
+            while time.monotonic() < deadline and w.said_hello:
                 pid, _ = os.waitpid(w.pid, os.WNOHANG)
                 if pid:
                     break

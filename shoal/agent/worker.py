@@ -421,6 +421,7 @@ def worker_main(endpoint: str, key: bytes, ident: bytes,
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.IDENTITY, ident)
     sock.setsockopt(zmq.LINGER, 2000)
+    sock.setsockopt(zmq.RECONNECT_IVL, 10)
     sock.setsockopt(zmq.SNDHWM, 0)
     sock.setsockopt(zmq.RCVHWM, 0)
     sock.connect(endpoint)
@@ -436,7 +437,8 @@ def worker_main(endpoint: str, key: bytes, ident: bytes,
     except KeyboardInterrupt:
         pass
     finally:
-        sock.close(linger=2000)
+        # told to stop: nobody waits for what is still queued (the agent stops too)
+        sock.close(linger=0 if not wc.running else 2000)
         ctx.term()
         os._exit(0)
 

@@ -111,6 +111,8 @@ class Executor(cf.Executor):
         self._sock.setsockopt(zmq.SNDHWM, 0)
         self._sock.setsockopt(zmq.RCVHWM, 0)
         self._sock.setsockopt(zmq.LINGER, 1000)
+        # the local head binds while we connect: retry soon, not after zmq's default 100 ms
+        self._sock.setsockopt(zmq.RECONNECT_IVL, 10)
         self._sock.connect(conn.address)
         self._thread = threading.Thread(target=self._io_loop, name="shoal-client-io", daemon=True)
         self._thread.start()
