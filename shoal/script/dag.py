@@ -24,7 +24,7 @@ from .model import DEL, IN, INOUT, OUT, Step
 CONCATENATING = frozenset({"ncrcat", "ncecat", "cat", "paste", "tar", "zcat"})
 
 
-@dataclass
+@dataclass(slots=True)
 class Version:
     """One version of a file: who wrote it, who read it, who removed it."""
 
@@ -38,7 +38,7 @@ class Version:
     final: bool = False           # exists when the script ends
 
 
-@dataclass
+@dataclass(slots=True)
 class Group:
     """A physical file: one version, or a chain of in-place edits of it."""
 
@@ -111,33 +111,48 @@ def build_dag(steps: list[Step], workdir: str) -> Dag:
     for s in steps:
         sid = s.id
         p = preds[sid]
-        p.update(s.after)
+        if s.after:
+            p.update(s.after)
+        uses = s.uses
         # reads first (they see the versions before this step), then removals, then writes
-        for k, u in enumerate(s.uses):
-            if u.role in (IN, INOUT):
-                v = cur(u.path)
+        reads = step_reads[sid]
+        dels = writes = False
+        for k, u in enumerate(uses):
+            role = u.role
+            if role == IN or role == INOUT:
+                v = current.get(u.path)
+                if v is None:
+                    v = cur(u.path)
                 v.readers.append(sid)
-                step_reads[sid].append((k, v))
+                reads.append((k, v))
                 if u.loc is None:
                     v.pinned = True
-        for k, u in enumerate(s.uses):
-            if u.role == DEL:
-                v = cur(u.path)
-                v.deleter = sid
-                step_dels[sid].append((k, v))
-                del current[u.path]
-        for k, u in enumerate(s.uses):
-            if u.role == OUT:
-                v = new_version(u.path, sid, None)
-            elif u.role == INOUT:
-                prev = next(pv for kk, pv in step_reads[sid] if kk == k)
-                v = new_version(u.path, sid, prev.group)
-            else:
-                continue
-            current[u.path] = v
-            step_writes[sid].append((k, v))
-            if u.loc is None:
-                v.pinned = True
+                if role == INOUT:
+                    writes = True
+            elif role == DEL:
+                dels = True
+            elif role == OUT:
+                writes = True
+        if dels:
+            for k, u in enumerate(uses):
+                if u.role == DEL:
+                    v = cur(u.path)
+                    v.deleter = sid
+                    step_dels[sid].append((k, v))
+                    del current[u.path]
+        if writes:
+            for k, u in enumerate(uses):
+                if u.role == OUT:
+                    v = new_version(u.path, sid, None)
+                elif u.role == INOUT:
+                    prev = next(pv for kk, pv in reads if kk == k)
+                    v = new_version(u.path, sid, prev.group)
+                else:
+                    continue
+                current[u.path] = v
+                step_writes[sid].append((k, v))
+                if u.loc is None:
+                    v.pinned = True
         # directories: a step inside or writing into a directory made by an earlier step
         for path in [] if not dir_creator else [s.cwd] + [u.path for u in s.uses if u.role in (OUT, INOUT)]:
             d = path if path == s.cwd else os.path.dirname(path)
@@ -166,28 +181,35 @@ def build_dag(steps: list[Step], workdir: str) -> Dag:
         v.final = True
 
     # physical placement: a group is real if any of its versions must keep the name
-    for g in groups:
-        g.real = any(versions[i].writer is None or versions[i].pinned or versions[i].final
-                     for i in g.versions)
+    for v in versions:
+        if v.writer is None or v.pinned or v.final:
+            groups[v.group].real = True
 
     # read-after-write
     for v in versions:
-        if v.writer is not None:
+        w = v.writer
+        if w is not None:
             for r in v.readers:
-                if r != v.writer:
-                    preds[r].add(v.writer)
-            if v.deleter is not None and v.deleter != v.writer:
-                preds[v.deleter].add(v.writer)
+                if r != w:
+                    preds[r].add(w)
+            if v.deleter is not None and v.deleter != w:
+                preds[v.deleter].add(w)
         if v.deleter is not None:
             for r in v.readers:  # remove only after every reader is done
                 if r != v.deleter:
                     preds[v.deleter].add(r)
     # write-after-read / write-after-write between versions sharing one physical file
-    by_physical: dict[str, list[Version]] = {}
+    by_physical: dict[str | int, list[Version]] = {}
     for v in versions:
-        key = v.path if groups[v.group].real else f"#scratch{v.group}"
-        by_physical.setdefault(key, []).append(v)
+        key = v.path if groups[v.group].real else v.group
+        chain = by_physical.get(key)
+        if chain is None:
+            by_physical[key] = [v]
+        else:
+            chain.append(v)
     for chain in by_physical.values():
+        if len(chain) < 2:
+            continue
         for a, b in zip(chain, chain[1:], strict=False):
             if b.writer is None:
                 continue
@@ -209,7 +231,7 @@ def build_dag(steps: list[Step], workdir: str) -> Dag:
             # reductions and differences are no larger than their largest input; programs
             # that concatenate their inputs produce about their sum
             ins = [size_of.get(rv.id, 0) for _k, rv in step_reads[v.writer]]
-            joined = set(steps[v.writer].programs) & CONCATENATING
+            joined = not CONCATENATING.isdisjoint(steps[v.writer].programs)
             size_of[v.id] = max(sum(ins) if joined else max(ins, default=0), 4096)
         g = groups[v.group]
         g.est_size = max(g.est_size, size_of[v.id])

@@ -50,6 +50,8 @@ _WORDLIKE = frozenset({
     "test_operator", "regex", "extglob_pattern", "brace_expression",
 })
 _SPECIAL_WORD = re.compile(rb"[\\~*?\[{]")
+_BLOCKS = frozenset({"program", "compound_statement", "do_group", "else_clause"})
+_SLOW = object()  # a planned word that needs the general expander this time
 _BRACE = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
 
 
@@ -300,6 +302,13 @@ class Interpreter:
         self._plan_cache: dict[int, tuple[Node, tuple | None]] = {}  # type: ignore[type-arg]
         self._env_key: tuple[int, int] | None = None
         self._env_cache: dict[str, str] = {}
+        self._stmts_cache: dict[int, tuple[Node, list[Node]]] = {}
+        self._assign_cache: dict[int, tuple[Node, tuple]] = {}  # type: ignore[type-arg]
+        self._arith_cache: dict[int, tuple[Node, tuple]] = {}  # type: ignore[type-arg]
+        self._test_cache: dict[int, tuple[Node, list]] = {}  # type: ignore[type-arg]
+        self._readable: dict[str, bool] = {}
+        self._handlers = {name[3:]: getattr(self, name) for name in dir(type(self))
+                          if name.startswith("_x_")}
 
     # ------------------------------------------------------------------ entry points
     def run_source(self, source: bytes) -> Result:
@@ -328,18 +337,17 @@ class Interpreter:
     def exec_node(self, node: Node) -> int | None:
         """Execute a statement node; return its exit status, or None if only known at run time."""
         t = node.type
-        if t in ("program", "compound_statement", "do_group", "else_clause"):
-            kids = self._kids(node)
-            if t == "compound_statement" and kids and kids[0].type == "((":
+        if t in _BLOCKS:
+            stmts = self._stmts(node)
+            if stmts is None:  # `(( ... ))`
                 self.line = _line(node)
                 return self._arith_command(node)
             status: int | None = 0
-            for child in kids:
-                if child.is_named and child.type not in _SKIP:
-                    status = self.exec_node(child)
+            for child in stmts:
+                status = self.exec_node(child)
             return status
-        self.line = _line(node)
-        handler = getattr(self, "_x_" + t, None)
+        self.line = node.start_point[0] + 1
+        handler = self._handlers.get(t)
         if handler is None:
             raise self.error(f"unsupported shell construct '{t}'", Unsupported)
         status = handler(node)
@@ -747,8 +755,9 @@ class Interpreter:
             return not (prog in STATIC_BUILTINS or prog in self.functions or prog in ALWAYS_OK)
         return False
 
-    def _parts(self, node: Node) -> tuple[Node | None, list[Node], list[Node], list[Node]]:
-        """(name, arguments, assignments, redirects) of a command node, cached per node.
+    def _parts(self, node: Node) -> tuple[Node | None, list[Node], list[Node], list[Node], list]:  # type: ignore[type-arg]
+        """(name, arguments, assignments, redirects, word programs of name and arguments) of a
+        command node, cached per node (see :meth:`_word_prog`).
 
         Loop bodies are walked once per iteration; tree-sitter builds new child objects on
         every access, so this is worth remembering. The cache holds the node itself, which
@@ -771,9 +780,24 @@ class Interpreter:
                 redirects.append(c)
             elif c.type == "variable_assignment":
                 assigns.append(c)
-        parts = (name, args, assigns, redirects)
+        words = ([name] if name is not None else []) + args
+        parts = (name, args, assigns, redirects, [self._word_prog(w, False) for w in words])
         self._parts_cache[node.id] = (node, parts)
         return parts
+
+    def _stmts(self, node: Node) -> list[Node] | None:
+        """The statements of a block node, cached; None for an arithmetic ``(( ))`` command."""
+        hit = self._stmts_cache.get(node.id)
+        if hit is not None and hit[0] == node:
+            return hit[1]
+        kids = node.children
+        stmts: list[Node] | None
+        if node.type == "compound_statement" and kids and kids[0].type == "((":
+            stmts = None
+        else:
+            stmts = [c for c in kids if c.is_named and c.type not in _SKIP]
+        self._stmts_cache[node.id] = (node, stmts)  # type: ignore[assignment]
+        return stmts
 
     def _kids(self, node: Node) -> list[Node]:
         """``node.children``, cached like :meth:`_parts`."""
@@ -785,12 +809,12 @@ class Interpreter:
         return kids
 
     def _x_command(self, node: Node) -> int | None:
-        name_node, arg_nodes, assigns, _r = self._parts(node)
+        name_node, _args, assigns, _r, progs = self._parts(node)
         if name_node is None:
             for a in assigns:
                 self._assign_node(a)
             return 0
-        argv = self.expand_words([name_node, *arg_nodes])
+        argv = self._expand_progs(progs)
         if not argv:
             return 0
         prog = argv[0]
@@ -803,8 +827,11 @@ class Interpreter:
             return method(argv[1:])
         if self._capture:
             return self._static_pipeline([node])
-        self._pre_argv[_key(node)] = argv  # _stage would expand the same words again
-        return self._emit_list([("", node)])
+        if self._extra and _key(node) in self._extra:
+            self._pre_argv[_key(node)] = argv  # _stage would expand the same words again
+            return self._emit_list([("", node)])
+        # a plain command (the usual case): what _emit_list would do, directly
+        return self._emit([self._stage(node, [], argv)], [[0]], [], [False])
 
     def _call(self, name: str, args: list[str]) -> int | None:
         saved = self.positional
@@ -1314,7 +1341,8 @@ class Interpreter:
                                      "supported (put it on its own line)", Unsupported)
         return tail
 
-    def _stage(self, cmd: Node, extra_redirects: list[Node]) -> Stage:
+    def _stage(self, cmd: Node, extra_redirects: list[Node], argv: list[str] | None = None
+               ) -> Stage:
         redirect_nodes = list(extra_redirects)
         if cmd.type == "redirected_statement":
             redirect_nodes = [c for i, c in enumerate(cmd.children)
@@ -1325,15 +1353,16 @@ class Interpreter:
             raise self.error(f"'{cmd.type.replace('_', ' ')}' in a pipeline is not supported",
                              Unsupported)
         assigns: dict[str, str] = {}
-        name, arg_nodes, assign_nodes, inner_redirects = self._parts(cmd)
+        _name, _args, assign_nodes, inner_redirects, progs = self._parts(cmd)
         for c in assign_nodes:
             n = c.child_by_field_name("name")
             v = c.child_by_field_name("value")
             assert n is not None
             assigns[_text(n)] = self.expand_str(v) if v is not None else ""
-        argv = self._pre_argv.pop(_key(cmd), None)
         if argv is None:
-            argv = self.expand_words(([name] if name is not None else []) + arg_nodes)
+            argv = self._pre_argv.pop(_key(cmd), None)
+        if argv is None:
+            argv = self._expand_progs(progs)
         redirect_nodes.extend(inner_redirects)  # redirects written inside the command node
         if argv and argv[0] in self.functions:
             raise self.error(f"function '{argv[0]}' used in a pipeline or with redirections",
@@ -1392,57 +1421,63 @@ class Interpreter:
     def _emit(self, stages: list[Stage], groups: list[list[int]], connectors: list[str],
               negated: list[bool]) -> int | None:
         line = self.line
-        step = Step(len(self.steps), line, stages, groups, connectors, negated, self.cwd,
+        cwd = self.cwd
+        step = Step(len(self.steps), line, stages, groups, connectors, negated, cwd,
                     self._env_diff())
         for d in self._control:
             step.after |= d
         compound = len(groups) > 1
         always_ok = not compound and not any(negated)
+        sem = self.sem
+        fs = self.fs
+        uses = step.uses
         for si, st in enumerate(stages):
-            if not st.argv:
+            argv = st.argv
+            if not argv:
                 continue
-            prog = st.argv[0]
-            step.programs.append(os.path.basename(prog))
-            spec = self.sem.get(prog)
+            prog = argv[0]
+            base = prog[prog.rfind("/") + 1:]  # os.path.basename
+            step.programs.append(base)
+            spec = sem.specs.get(base)
             if spec is None or prog in self.functions:
                 step.barrier = True
-                self.result.unknown.setdefault(os.path.basename(prog), []).append(line)
+                self.result.unknown.setdefault(base, []).append(line)
                 if self.strict:
                     raise self.error(f"unknown program '{prog}': its files are not known "
                                      "(add it with --commands FILE)")
                 always_ok = False
                 continue
-            an = self.sem.analyze(spec, st.argv[1:], si, self.cwd, self.fs)
+            an = sem.analyze(spec, argv[1:], si, cwd, fs)
             if an.barrier_reason:
                 step.barrier = True
                 self.result.unknown.setdefault(an.barrier_reason, []).append(line)
                 if self.strict:
                     raise self.error(f"{an.barrier_reason}: its files are not known")
-            step.uses.extend(an.uses)
-            step.mkdirs.extend(an.mkdirs)
-            base = os.path.basename(prog)
-            if not (base in ALWAYS_OK or (base == "mkdir" and any(
-                    a.startswith("-") and "p" in a for a in st.argv[1:])) or (
-                    base == "rm" and any(a.startswith("-") and "f" in a for a in st.argv[1:]))):
+            uses.extend(an.uses)
+            if an.mkdirs:
+                step.mkdirs.extend(an.mkdirs)
+            if always_ok and not (base in ALWAYS_OK or (base == "mkdir" and any(
+                    a.startswith("-") and "p" in a for a in argv[1:])) or (
+                    base == "rm" and any(a.startswith("-") and "f" in a for a in argv[1:]))):
                 always_ok = False
         for si, st in enumerate(stages):
             for ri, r in enumerate(st.redirects):
                 if r.op in (">&", "<&") and (r.target.isdigit() or r.target == "-"):
                     continue
-                path = os.path.normpath(os.path.join(self.cwd, r.target))
+                path = os.path.normpath(os.path.join(cwd, r.target))
                 if r.target.startswith("/dev/"):
                     continue
                 loc = (si, "r", ri)
                 if r.op in ("<",):
-                    step.uses.append(FileUse(path, IN, loc))
+                    uses.append(FileUse(path, IN, loc))
                 elif r.op in (">>", "&>>", "<>"):
-                    step.uses.append(FileUse(path, INOUT if self.fs.exists(path) else OUT, loc))
+                    uses.append(FileUse(path, INOUT if fs.exists(path) else OUT, loc))
                 else:
-                    step.uses.append(FileUse(path, OUT, loc))
+                    uses.append(FileUse(path, OUT, loc))
         if compound:
             # `a || b`: either may not run, so a file it writes may keep its old content
-            for u in step.uses:
-                if u.role == OUT and self.fs.exists(u.path):
+            for u in uses:
+                if u.role == OUT and fs.exists(u.path):
                     u.role = INOUT
         self._check_and_apply(step, compound)
         self.steps.append(step)
@@ -1465,56 +1500,93 @@ class Interpreter:
         return os.path.relpath(path, self.cwd) if path.startswith(self.workdir) else path
 
     def _check_and_apply(self, step: Step, compound: bool) -> None:
+        fs = self.fs
+        written = fs.written
+        strict = self.strict
         for u in step.uses:
-            if u.role in (IN, INOUT) and not compound:
-                if not self.fs.exists(u.path):
-                    shown = self._shown(u.path)
+            role = u.role
+            if (role == IN or role == INOUT) and not compound:
+                path = u.path
+                kind = fs.kind(path)
+                if kind is None:
+                    shown = self._shown(path)
                     raise self.error(f"{step.programs[0] if step.programs else 'command'} reads "
                                      f"'{shown}', which does not exist at this point of the "
                                      "script (no earlier command creates it)")
-                if u.path not in self.fs.written and self.fs.isfile(u.path) and \
-                        not os.access(u.path, os.R_OK):
-                    raise self.error(f"cannot read '{self._shown(u.path)}': permission denied")
-            if u.role in (OUT, INOUT, DEL) and self.strict and not (
+                if kind == "f" and path not in written:
+                    ok = self._readable.get(path)
+                    if ok is None:
+                        ok = self._readable[path] = os.access(path, os.R_OK)
+                    if not ok:
+                        raise self.error(f"cannot read '{self._shown(path)}': permission denied")
+            if strict and role in (OUT, INOUT, DEL) and not (
                     u.path == self.workdir or u.path.startswith(self.workdir + os.sep)):
                 raise self.error(f"writes '{u.path}', outside the working tree {self.workdir} "
                                  "(--strict)")
         for d in step.mkdirs:
-            if self.strict and not d.startswith(self.workdir):
+            if strict and not d.startswith(self.workdir):
                 raise self.error(f"creates '{d}', outside the working tree (--strict)")
-            self.fs.mkdir(d)
+            fs.mkdir(d)
         for u in step.uses:
-            if u.role == DEL:
-                self.fs.remove(u.path)
-            elif u.role in (OUT, INOUT):
-                self.fs.add_file(u.path, step.line)
+            role = u.role
+            if role == DEL:
+                fs.remove(u.path)
+            elif role == OUT or role == INOUT:
+                fs.add_file(u.path, step.line)
 
     # ------------------------------------------------------------------ expansion
     def expand_words(self, nodes: list[Node]) -> list[str]:
         """Expand argument nodes into words: parameters, splitting, globbing, braces."""
+        return self._expand_progs([self._word_prog(n, True) for n in nodes])
+
+    def _word_prog(self, n: Node, cache: bool) -> str | tuple | Node:  # type: ignore[type-arg]
+        """How to expand the word ``n``: a str (a plain word: itself), a plan (a tuple, see
+        :meth:`_plan`), or the node itself (the general expander)."""
+        t = n.type
+        if t == "command_name":
+            kids = n.children
+            if len(kids) == 1 and kids[0].is_named:
+                n = kids[0]  # expands as its only child
+                t = n.type
+        if t == "word" or t == "number":
+            raw = n.text or b""
+            if not _SPECIAL_WORD.search(raw):  # plain word: itself (hot path)
+                return raw.decode(errors="surrogateescape")
+        if t in ("word", "concatenation", "brace_expression") and b"{" in (
+                n.text or b"") and _BRACE.search(_text(n)):
+            return n
+        plan = self._plan(n) if cache else self._make_plan(n)
+        return plan if plan else n
+
+    def _expand_progs(self, progs: list) -> list[str]:  # type: ignore[type-arg]
         out: list[str] = []
-        for n in nodes:
-            t = n.type
-            if t == "word" or t == "number":
-                raw = n.text or b""
-                if not _SPECIAL_WORD.search(raw):  # plain word: itself (hot path)
-                    out.append(raw.decode(errors="surrogateescape"))
+        for p in progs:
+            tp = type(p)
+            if tp is str:
+                out.append(p)
+                continue
+            if tp is tuple:
+                w = self._plan_word(p)
+                if w is not _SLOW:
+                    if w is not None:
+                        out.append(w)  # type: ignore[arg-type]
                     continue
-            if t in ("word", "concatenation", "brace_expression") and b"{" in (
-                    n.text or b"") and _BRACE.search(_text(n)):
-                alts = brace_expand(_text(n))
-                if len(alts) > 1 or alts[0] != _text(n):
-                    for alt in alts:
-                        sub = parse_fragment(": " + alt).children[0]
-                        args = [c for i, c in enumerate(sub.children)
-                                if sub.field_name_for_child(i) == "argument"]
-                        out.extend(self.expand_words(args))
-                    continue
-            f = _Fields()
-            plan = self._plan(n)
-            if plan:
-                self._run_plan(plan, f, False)
+                f = _Fields()
+                self._run_plan(p, f, False)
             else:
+                n = p
+                t = n.type
+                if t in ("word", "concatenation", "brace_expression") and b"{" in (
+                        n.text or b"") and _BRACE.search(_text(n)):
+                    alts = brace_expand(_text(n))
+                    if len(alts) > 1 or alts[0] != _text(n):
+                        for alt in alts:
+                            sub = parse_fragment(": " + alt).children[0]
+                            args = [c for i, c in enumerate(sub.children)
+                                    if sub.field_name_for_child(i) == "argument"]
+                            out.extend(self.expand_words(args))
+                        continue
+                f = _Fields()
                 self._expand_into(n, f, quoted=False)
             for fl in f.fields:
                 out.extend(self._glob_field(fl))
@@ -1526,12 +1598,17 @@ class Interpreter:
         hit = self._plan_cache.get(node.id)
         if hit is not None and hit[0] == node:
             return hit[1]
-        ops: list[tuple[str, str, bool]] = []
-        plan = tuple(ops) if self._plan_into(node, ops, False) else None
+        plan = self._make_plan(node)
         self._plan_cache[node.id] = (node, plan)
         return plan
 
+    def _make_plan(self, node: Node) -> tuple[tuple[str, str, bool], ...] | None:
+        ops: list[tuple[str, str, bool]] = []
+        return tuple(ops) if self._plan_into(node, ops, False) else None
+
     def _plan_into(self, node: Node, ops: list[tuple[str, str, bool]], quoted: bool) -> bool:
+        # ops: ("lit", text, quoted), ("v", name, quoted) for a variable, ("var", name, quoted)
+        # for a positional parameter
         t = node.type
         if t in ("word", "number"):
             raw = node.text or b""
@@ -1548,7 +1625,8 @@ class Interpreter:
             if len(inner) != 1 or inner[0].type != "variable_name" or (
                     t == "expansion" and kids[-1].type != "}") or _lead(node):
                 return False
-            ops.append(("var", _text(inner[0]), quoted))
+            name = _text(inner[0])
+            ops.append(("v" if name.isidentifier() else "var", name, quoted))
             return True
         if t == "concatenation":
             return all(c.is_named and self._plan_into(c, ops, quoted) for c in node.children)
@@ -1569,12 +1647,42 @@ class Interpreter:
             return kids[-1].start_byte == pos
         return False
 
+    def _plan_word(self, plan: tuple[tuple[str, str, bool], ...]) -> str | None | object:
+        """Expand a planned word in argument position when that needs neither word splitting
+        nor globbing (the usual case): the word, or None (no field). ``_SLOW`` otherwise."""
+        vars_ = self.vars
+        ifs = vars_.get("IFS")
+        if ifs is not None and ifs != _DEFAULT_IFS and ifs != "":
+            return _SLOW
+        parts: list[str] = []
+        field = False
+        for op, text, quoted in plan:
+            if op == "lit":
+                parts.append(text)
+                field = True
+                continue
+            v = vars_.get(text) if op == "v" else self._get(text)
+            if quoted:
+                field = True
+                if v:
+                    parts.append(v)
+                continue
+            if not v:
+                continue
+            if ifs is None and (" " in v or "\t" in v or "\n" in v):
+                return _SLOW  # word splitting
+            if "*" in v or "?" in v or "[" in v:
+                return _SLOW  # globbing
+            parts.append(v)
+            field = True
+        return "".join(parts) if field else None
+
     def _run_plan(self, plan: tuple[tuple[str, str, bool], ...], f: _Fields, _q: bool) -> None:
         for op, text, quoted in plan:
             if op == "lit":
                 f.lit(text, quoted)
             else:
-                value = self._get(text)
+                value = self.vars.get(text) if op == "v" else self._get(text)
                 self._value_into(value or "", f, quoted)
 
     def _glob_field(self, fl: list[tuple[str, bool]]) -> list[str]:
@@ -1591,13 +1699,18 @@ class Interpreter:
 
     def expand_str(self, node: Node) -> str:
         """Expand a node to one string (no splitting or globbing: assignments, case, targets)."""
-        f = _Fields()
         plan = self._plan(node)
         if plan:
-            self._run_plan(plan, f, True)
-            # planned words are expanded unquoted; here nothing is split: join the pieces
-            return "".join(t for fl in f.fields for t, _ in fl) if len(f.fields) <= 1 else \
-                self._expand_str_slow(node)
+            vars_ = self.vars
+            parts = []
+            for op, text, _quoted in plan:
+                if op == "lit":
+                    parts.append(text)
+                else:
+                    v = vars_.get(text) if op == "v" else self._get(text)
+                    if v:
+                        parts.append(v)
+            return "".join(parts)
         return self._expand_str_slow(node)
 
     def _expand_str_slow(self, node: Node) -> str:

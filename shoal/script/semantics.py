@@ -37,6 +37,9 @@ class Spec:
     single: str = "input"
     skip: int = 0
     lists: dict[str, frozenset[str]] = field(default_factory=dict)
+    # command-line shape -> parsed options (see _parse_shape); filled as commands are analyzed
+    shapes: dict[tuple[str, ...], tuple] = field(  # type: ignore[type-arg]
+        default_factory=dict, repr=False, compare=False)
 
     def has(self, key: str, opt: str) -> bool:
         return opt in self.lists.get(key, ())
@@ -105,43 +108,18 @@ class Semantics:
     def analyze(self, spec: Spec, args: list[str], stage: int, cwd: str, fs: SimFS) -> Analysis:
         """File uses of ``argv[1:] == args`` run in ``cwd``; argv indices in ``loc`` start at 1."""
         res = Analysis()
-        opts: list[tuple[str, str, int, str]] = []  # (option, value, argv index, prefix)
-        flags: set[str] = set()
-        pos: list[tuple[str, int]] = []
-        i = 0
-        n = len(args)
-        while i < n:
-            a = args[i]
-            if a == "--":
-                pos.extend((args[k], k + 1) for k in range(i + 1, n))
-                break
-            if a.startswith("--") and len(a) > 2:
-                name, eq, val = a.partition("=")
-                if spec.has("with_value", name) and not eq and i + 1 < n:
-                    opts.append((name, args[i + 1], i + 2, ""))
-                    i += 1
-                elif eq:
-                    opts.append((name, val, i + 1, name + "="))
-                flags.add(name)
-            elif a.startswith("-") and len(a) > 1:
-                j = 1
-                while j < len(a):
-                    o = "-" + a[j]
-                    flags.add(o)
-                    if spec.has("optional_value", o):
-                        opts.append((o, a[j + 1:], i + 1, a[: j + 1]))
-                        break
-                    if spec.has("with_value", o):
-                        if j + 1 < len(a):
-                            opts.append((o, a[j + 1:], i + 1, a[: j + 1]))
-                        elif i + 1 < n:
-                            opts.append((o, args[i + 1], i + 2, ""))
-                            i += 1
-                        break
-                    j += 1
-            else:
-                pos.append((a, i + 1))
-            i += 1
+        # how the options parse depends only on the words that start with '-': remember it
+        # per program and shape of the command line (a script repeats a few shapes many times)
+        shape = tuple([a if a[:1] == "-" and len(a) > 1 else "" for a in args])
+        tpl = spec.shapes.get(shape)
+        if tpl is None:
+            tpl = spec.shapes[shape] = _parse_shape(spec, shape)
+        opt_tpl, flags, pos_idx, barrier_reason, append, inplace, in_opts, out_opts, prefix_opt \
+            = tpl
+        # (option, value, argv index, prefix); an index in place of a value: args[index]
+        opts = [(o, args[v] if type(v) is int else v, idx, p) for o, v, idx, p in opt_tpl]
+        pos = [(args[k], k + 1) for k in pos_idx]
+        res.barrier_reason = barrier_reason
 
         def use(path: str, role: str, idx: int | None, prefix: str = "") -> None:
             if path in ("", "-") or path.startswith("/dev/"):
@@ -152,21 +130,12 @@ class Semantics:
                 full = os.path.normpath(os.path.join(cwd, os.path.expanduser(path)))
             res.uses.append(FileUse(full, role, None if idx is None else (stage, "a", idx), prefix))
 
-        for o, _v, _idx, _p in opts:
-            if spec.has("barrier_options", o):
-                res.barrier_reason = f"option {o} of {spec.name}"
-        for o in flags:
-            if spec.has("barrier_options", o) and res.barrier_reason is None:
-                res.barrier_reason = f"option {o} of {spec.name}"
-        out_opt = [(v, idx, p) for o, v, idx, p in opts if spec.has("output_options", o)]
-        append = any(spec.has("append_flags", f) for f in flags)
-        for o, v, idx, p in opts:
-            if spec.has("input_options", o):
-                use(v, IN, idx, p)
-        prefix_dir = next((v for o, v, _i, _p in opts if spec.has("prefix_options", o)), None)
+        out_opt = [opts[k][1:] for k in out_opts]
+        for k in in_opts:
+            _o, v, idx, p = opts[k]
+            use(v, IN, idx, p)
+        prefix_dir = None if prefix_opt is None else opts[prefix_opt][1]
 
-        if spec.skip and not any(spec.has("skip_unless", f) for f in flags):
-            pos = pos[spec.skip:]
         if spec.name in ("awk", "gawk", "mawk"):
             # awk operands of the form var=value are assignments, not files
             pos = [(a, k) for a, k in pos if not (a.split("=", 1)[0].isidentifier() and "=" in a)]
@@ -184,7 +153,6 @@ class Semantics:
         if kind == "none":
             pass
         elif kind == "inputs":
-            inplace = any(spec.has("inplace_flags", f) for f in flags)
             for a, k in pos:
                 use(a, INOUT if inplace else IN, k)
             for v, idx, p in out_opt:
@@ -293,6 +261,63 @@ class Semantics:
                 use(dest, OUT, dest_idx if kind != "link" else None)
             if kind == "move":
                 use(a, DEL, None)
+
+
+def _parse_shape(spec: Spec, shape: tuple[str, ...]) -> tuple:  # type: ignore[type-arg]
+    """Parse the options of a command line given as its shape: the words starting with '-'
+    verbatim, every other word as "". Values of separate words are given by their index."""
+    opts: list[tuple[str, str | int, int, str]] = []  # (option, value or index, argv index, prefix)
+    flags: set[str] = set()
+    pos: list[int] = []
+    i = 0
+    n = len(shape)
+    while i < n:
+        a = shape[i]
+        if a == "--":
+            pos.extend(range(i + 1, n))
+            break
+        if a.startswith("--") and len(a) > 2:
+            name, eq, val = a.partition("=")
+            if spec.has("with_value", name) and not eq and i + 1 < n:
+                opts.append((name, i + 1, i + 2, ""))
+                i += 1
+            elif eq:
+                opts.append((name, val, i + 1, name + "="))
+            flags.add(name)
+        elif a.startswith("-") and len(a) > 1:
+            j = 1
+            while j < len(a):
+                o = "-" + a[j]
+                flags.add(o)
+                if spec.has("optional_value", o):
+                    opts.append((o, a[j + 1:], i + 1, a[: j + 1]))
+                    break
+                if spec.has("with_value", o):
+                    if j + 1 < len(a):
+                        opts.append((o, a[j + 1:], i + 1, a[: j + 1]))
+                    elif i + 1 < n:
+                        opts.append((o, i + 1, i + 2, ""))
+                        i += 1
+                    break
+                j += 1
+        else:
+            pos.append(i)
+        i += 1
+    barrier_reason = None
+    for o, _v, _idx, _p in opts:
+        if spec.has("barrier_options", o):
+            barrier_reason = f"option {o} of {spec.name}"
+    for o in flags:
+        if spec.has("barrier_options", o) and barrier_reason is None:
+            barrier_reason = f"option {o} of {spec.name}"
+    append = any(spec.has("append_flags", f) for f in flags)
+    inplace = any(spec.has("inplace_flags", f) for f in flags)
+    in_opts = [k for k, o in enumerate(opts) if spec.has("input_options", o[0])]
+    out_opts = [k for k, o in enumerate(opts) if spec.has("output_options", o[0])]
+    prefix_opt = next((k for k, o in enumerate(opts) if spec.has("prefix_options", o[0])), None)
+    if spec.skip and not any(spec.has("skip_unless", f) for f in flags):
+        pos = pos[spec.skip:]
+    return (opts, flags, pos, barrier_reason, append, inplace, in_opts, out_opts, prefix_opt)
 
 
 def _files_under(fs: SimFS, d: str) -> list[str]:

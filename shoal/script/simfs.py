@@ -22,6 +22,13 @@ def _compile_glob(pattern: str) -> re.Pattern[str]:
     return re.compile(fnmatch.translate(pattern), re.DOTALL)
 
 
+def _normal(path: str) -> str:
+    """``os.path.normpath`` of an absolute path, skipped when the path is already normal."""
+    if "//" in path or "/." in path or path.endswith("/") or not path.startswith("/"):
+        return os.path.normpath(path)
+    return path
+
+
 def has_glob(text: str) -> bool:
     """True when ``text`` has an unescaped glob character (``*``, ``?`` or ``[``)."""
     return "*" in text or "?" in text or "[" in text
@@ -87,13 +94,16 @@ class SimFS:
 
     def add_file(self, path: str, line: int = 0) -> None:
         """Record that the script creates or rewrites the file ``path`` (at script line ``line``)."""
-        path = os.path.normpath(path)
-        parent, name = os.path.split(path)
-        listing = self._listing(parent)
+        path = _normal(path)
+        parent, _, name = path.rpartition("/")
+        parent = parent or "/"
+        listing = self._dirs.get(parent)
         if listing is None:
-            self.mkdir(parent)
             listing = self._listing(parent)
-            assert listing is not None
+            if listing is None:
+                self.mkdir(parent)
+                listing = self._listing(parent)
+                assert listing is not None
         listing[name] = FILE
         self.written[path] = line
 
@@ -113,9 +123,12 @@ class SimFS:
 
     def remove(self, path: str) -> list[str]:
         """Remove ``path`` (recursively for a directory); return the files removed."""
-        path = os.path.normpath(path)
-        parent, name = os.path.split(path)
-        listing = self._listing(parent)
+        path = _normal(path)
+        parent, _, name = path.rpartition("/")
+        parent = parent or "/"
+        listing = self._dirs.get(parent)
+        if listing is None:
+            listing = self._listing(parent)
         if listing is None or name not in listing:
             return []
         removed: list[str] = []
@@ -147,14 +160,16 @@ class SimFS:
                     if (self.exists(cand) if last else self.isdir(cand)) or part in (".", ".."):
                         nxt.append((cand, shown + part + ("" if last else "/")))
                     continue
-                rx = _compile_glob(part)
-                for name in self.listdir(real):
-                    if name.startswith(".") and not part.startswith("."):
-                        continue
-                    if rx.match(name):
-                        cand = os.path.join(real, name)
-                        if last or self.isdir(cand):
-                            nxt.append((cand, shown + name + ("" if last else "/")))
+                match = _compile_glob(part).match
+                hidden = part.startswith(".")
+                listing = self._listing(os.path.normpath(real)) or {}
+                if last:
+                    nxt.extend(("", shown + name) for name in listing
+                               if (hidden or name[:1] != ".") and match(name))
+                    continue
+                for name, kind in list(listing.items()):
+                    if (hidden or name[:1] != ".") and match(name) and kind == DIR:
+                        nxt.append((os.path.join(real, name), shown + name + "/"))
             starts = nxt
             if not starts:
                 return []
