@@ -1,24 +1,28 @@
 """The ``agents`` transport: deliver bundles through a running shoal runtime.
 
 One receiver per agent (= per node; agents on one host that resolve to the same DEST
-share one receiver). For each receiver the client submits a chain of tasks pinned to
-that agent (``ex.options(agent=NAME, after=[previous])``):
+share one receiver). For each receiver the client submits tasks pinned to that agent
+(``ex.options(agent=NAME, after=[...])``):
 
-1. ``node_begin``: make DEST's parent (owner-only) and a private incoming directory
-   beside DEST;
-2. ``node_append`` per chunk (8 MiB by default): write the chunk at its offset in the
-   incoming copy of the bundle file (in order, at most ``window`` chunks in flight per
-   receiver, so the client holds a bounded amount of memory);
-3. ``node_prepare``: check the size, then unpack every bundle into a fresh staging
-   directory while verifying its sha256 (and zstd's and tar's own checks); the incoming
-   files are deleted;
-4. only when every receiver prepared successfully, ``node_commit`` switches DEST on each
+1. ``node_begin``: make DEST's parent (owner-only), a private incoming directory and a
+   staging directory beside DEST (a copy of the live root unless ``fresh``);
+2. ``node_append`` per chunk (8 MiB by default), each after the previous one: write the
+   chunk at its offset in the incoming copy of the bundle file. At most ``window``
+   chunks are in flight per receiver, so the client holds a bounded amount of memory;
+3. ``node_unpack`` per bundle, after its last chunk and after the previous bundle's
+   unpack: check the size, unpack into the staging directory while verifying the
+   sha256 (and zstd's and tar's own checks), delete the incoming file. It runs on
+   another slot of the agent while the next bundle's chunks still arrive;
+4. ``node_finish``: last fixes (conda-unpack); DEST is not switched yet;
+5. only when every receiver finished successfully, ``node_commit`` switches DEST on each
    with one ``rename``; otherwise ``node_discard`` removes the staging and incoming
    directories everywhere, and DEST stays as it was on every node (all or none).
 
 The functions ``node_*`` run in the agents' workers and travel by reference, so the
 workers need shoal importable (it is in every tier 2 bundle). ``DEST`` may contain
 ``{agent}`` and ``{host}`` to keep copies apart (several agents on one host in tests).
+Every byte goes through the head once per receiver, so delivery time grows with the
+number of nodes; for hundreds of nodes use ``mpi`` or ``sbcast``.
 """
 
 from __future__ import annotations
@@ -59,13 +63,18 @@ def _incoming(dest: Path, token: str) -> Path:
     return dest.parent / f"{_siblings_prefix(dest)}in-{token}"
 
 
-def node_begin(dest: str, token: str) -> dict[str, Any]:
-    """Prepare this node to receive: DEST's parent and a private incoming directory."""
+def _stage(dest: Path, token: str) -> Path:
+    return dest.parent / f"{_siblings_prefix(dest)}st-{token}"
+
+
+def node_begin(dest: str, token: str, fresh: bool) -> dict[str, Any]:
+    """Prepare this node to receive: DEST's parent, incoming and staging directories."""
     d = Path(dest)
     ensure_parent(d)
     current_generation(d)  # a foreign DEST fails now, before any byte travels
     _incoming(d, token).mkdir(mode=0o700)
-    return {"host": socket.gethostname(), "pid": os.getppid()}
+    new_stage(d, overlay=not fresh, name=f"st-{token}")
+    return {"host": socket.gethostname(), "agent_pid": os.getppid()}
 
 
 def node_append(dest: str, token: str, name: str, offset: int, data: bytes) -> int:
@@ -84,30 +93,28 @@ def node_append(dest: str, token: str, name: str, offset: int, data: bytes) -> i
     return offset + len(data)
 
 
-def node_prepare(dest: str, token: str, items: list[tuple[str, int, str]], fresh: bool) -> dict[str, Any]:
-    """Verify and unpack the received bundles (``(name, size, sha256)`` each, in overlay
-    order) into a new staging directory; return its path. DEST is not switched yet."""
+def node_unpack(dest: str, token: str, name: str, size: int, digest: str) -> float:
+    """Verify and unpack one received bundle into the staging directory; return seconds."""
     d = Path(dest)
-    inc = _incoming(d, token)
+    path = _incoming(d, token) / name
     t0 = time.perf_counter()
-    stage = None
+    got = path.stat().st_size if path.exists() else 0
+    if got != size:
+        raise BundleError(f"{name}: {got} of {size} bytes received: truncated in transit")
     try:
-        for name, size, _ in items:
-            p = inc / name
-            got = p.stat().st_size if p.exists() else 0
-            if got != size:
-                raise BundleError(f"{name}: {got} of {size} bytes received: truncated in transit")
-        stage = new_stage(d, overlay=not fresh)
-        for name, _, digest in items:
-            unpack_stream(iter_file_chunks(inc / name), stage, name, digest)
-        finalize_stage(stage)
-    except BaseException:
-        if stage is not None:
-            discard(stage)
-        raise
+        unpack_stream(iter_file_chunks(path), _stage(d, token), name, digest)
     finally:
-        shutil.rmtree(inc, ignore_errors=True)
-    return {"stage": str(stage), "unpack_s": time.perf_counter() - t0}
+        path.unlink(missing_ok=True)
+    return time.perf_counter() - t0
+
+
+def node_finish(dest: str, token: str) -> str:
+    """Last fixes before the staging directory may go live; return its path."""
+    d = Path(dest)
+    stage = _stage(d, token)
+    finalize_stage(stage)
+    shutil.rmtree(_incoming(d, token), ignore_errors=True)
+    return str(stage)
 
 
 def node_commit(dest: str, stage: str) -> None:
@@ -115,11 +122,10 @@ def node_commit(dest: str, stage: str) -> None:
     commit(Path(dest), Path(stage))
 
 
-def node_discard(dest: str, token: str, stage: str | None) -> None:
+def node_discard(dest: str, token: str) -> None:
     """Throw away what a failed delivery left on this node; DEST is untouched."""
     shutil.rmtree(_incoming(Path(dest), token), ignore_errors=True)
-    if stage:
-        discard(Path(stage))
+    discard(_stage(Path(dest), token))
 
 
 def node_cleanup(dest: str) -> list[str]:
@@ -146,11 +152,13 @@ class _Receiver:
     agent: str
     host: str
     dest: str
-    last: Future | None = None
-    inflight: deque = field(default_factory=deque)
+    last: Future | None = None          # the data chain: begin, then chunks in order
+    last_unpack: Future | None = None   # the unpack chain: one per bundle, in order
+    inflight: deque = field(default_factory=deque)   # data chain futures not yet settled
+    unpacks: deque = field(default_factory=deque)    # unpack futures not yet settled
     error: str | None = None
     stage: str | None = None
-    info: dict[str, Any] = field(default_factory=dict)
+    unpack_s: float = 0.0
     started: bool = False
 
     @property
@@ -218,8 +226,12 @@ def deliver_via_agents(
     chunk_size: int = CHUNK,
     window: int = WINDOW,
     agents: Sequence[str] | None = None,
+    pipeline: bool = True,
 ) -> Any:
     """Deliver bundles to ``dest`` on every agent of executor ``ex``; all nodes switch or none.
+
+    ``pipeline``: unpack each bundle as soon as it has arrived, while the next is sent
+    (False: unpack only after everything arrived). ``agents``: only these receive.
 
     Returns a ``DeliveryReport`` whose ``status`` is 0 when every node installed, 1 when
     any failed (``errors`` names each node and what went wrong; no node switched then).
@@ -240,52 +252,61 @@ def deliver_via_agents(
     chunk_size = max(1 << 16, int(chunk_size))
     window = max(1, int(window))
 
-    def submit(r: _Receiver, fn: Any, *args: Any) -> Future:
-        after = [r.last] if r.last is not None else []
-        fut = ex.options(agent=r.agent, after=after).submit(fn, *args)
-        r.last = fut
-        r.inflight.append(fut)
-        return fut
+    def submit(r: _Receiver, after: list[Future | None], fn: Any, *args: Any) -> Future:
+        return ex.options(agent=r.agent, after=[f for f in after if f is not None]).submit(fn, *args)
 
-    def drain(r: _Receiver, keep: int) -> None:
+    def settle_data(r: _Receiver, keep: int) -> None:
         while len(r.inflight) > keep:
-            res = _settle(r, r.inflight.popleft())
-            if isinstance(res, dict) and not r.info:
-                r.info.update(res)
+            _settle(r, r.inflight.popleft())
+
+    def check_unpacks(r: _Receiver) -> None:  # stop sending to a node as soon as it failed
+        while r.unpacks and r.unpacks[0].done():
+            r.unpack_s += _settle(r, r.unpacks.popleft()) or 0.0
+
+    def unpack_now(name: str, size: int, digest: str) -> None:
+        for r in recv:  # after the bundle's last chunk: on another slot while later chunks arrive
+            if r.error is None:
+                r.last_unpack = submit(r, [r.last_unpack, r.last], node_unpack, r.dest, token, name, size, digest)
+                r.unpacks.append(r.last_unpack)
 
     for r in recv:
-        submit(r, node_begin, r.dest, token)
+        r.last = r.last_unpack = submit(r, [], node_begin, r.dest, token, fresh)
+        r.inflight.append(r.last)
         r.started = True
     t_send = time.perf_counter()
-    for (name, size, _), p in zip(items, paths, strict=True):
+    for (name, size, digest), p in zip(items, paths, strict=True):
         offset = 0
         for data in iter_file_chunks(p, chunk_size):
             live = [r for r in recv if r.error is None]
             if not live:
                 break
             for r in live:
-                drain(r, window - 1)
+                settle_data(r, window - 1)
+                check_unpacks(r)
                 if r.error is None:
-                    submit(r, node_append, r.dest, token, name, offset, data)
+                    r.last = submit(r, [r.last], node_append, r.dest, token, name, offset, data)
+                    r.inflight.append(r.last)
             offset += len(data)
         if offset != size:
             for r in recv:
-                drain(r, 0)
+                settle_data(r, 0)
+                while r.unpacks:
+                    _settle(r, r.unpacks.popleft())
             _abort(ex, recv, token)
             raise BundleError(f"{p}: changed while it was being sent ({offset} of {size} bytes)")
-    for r in recv:
-        if r.error is None:
-            submit(r, node_prepare, r.dest, token, items, fresh)
+        if pipeline:
+            unpack_now(name, size, digest)
+    if not pipeline:
+        for name, size, digest in items:
+            unpack_now(name, size, digest)
+    finish = {r.agent: submit(r, [r.last_unpack], node_finish, r.dest, token) for r in recv if r.error is None}
     send_s = time.perf_counter() - t_send
-    for r in recv:
-        while r.inflight:
-            fut = r.inflight.popleft()
-            res = _settle(r, fut)
-            if isinstance(res, dict) and "stage" in res:
-                r.stage = res["stage"]
-                r.info["unpack_s"] = res["unpack_s"]
-            elif isinstance(res, dict) and not r.info:
-                r.info.update(res)
+    for r in recv:  # in chain order, so the first error kept is the cause
+        settle_data(r, 0)
+        while r.unpacks:
+            r.unpack_s += _settle(r, r.unpacks.popleft()) or 0.0
+        if r.agent in finish:
+            r.stage = _settle(r, finish[r.agent])
     errors = [r.error for r in recv if r.error]
     if errors:
         _abort(ex, recv, token)
@@ -301,7 +322,7 @@ def deliver_via_agents(
                           "the others failed at the final rename")
     total = sum(size for _, size, _ in items)
     nodes = [{"agent": r.agent, "host": r.host, "dest": r.dest, "ok": r.error is None, "error": r.error,
-              "unpack_s": r.info.get("unpack_s")} for r in recv]
+              "unpack_s": r.unpack_s} for r in recv]
     nodes += [{**s, "ok": not errors, "error": None, "shared": True} for s in shared]
     return DeliveryReport("agents", time.perf_counter() - t0, 1 if errors else 0, errors=errors,
                           nodes=nodes, nbytes=total, send_s=send_s)
@@ -313,7 +334,7 @@ def _abort(ex: Any, recv: list[_Receiver], token: str) -> None:
     for r in recv:
         if r.started:
             try:
-                futs.append(ex.options(agent=r.agent).submit(node_discard, r.dest, token, r.stage))
+                futs.append(ex.options(agent=r.agent).submit(node_discard, r.dest, token))
             except Exception:  # noqa: BLE001 - the executor itself is gone: nothing to reach
                 pass
     for f in futs:

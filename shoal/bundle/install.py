@@ -65,13 +65,18 @@ def current_generation(dest: Path) -> Path | None:
     return None
 
 
-def new_stage(dest: Path, overlay: bool = True) -> Path:
+def new_stage(dest: Path, overlay: bool = True, name: str | None = None) -> Path:
     """A private staging directory beside ``dest``; with ``overlay`` it starts as a copy of
-    what is installed now, so new bundles add to it instead of replacing it."""
+    what is installed now, so new bundles add to it instead of replacing it. ``name``
+    gives it a fixed name (``.DEST.shoal-NAME``) that later steps can find it by."""
     dest = Path(os.path.abspath(dest))
     ensure_parent(dest)
     cur = current_generation(dest)
-    stage = Path(tempfile.mkdtemp(prefix=_siblings_prefix(dest), dir=dest.parent))
+    if name is None:
+        stage = Path(tempfile.mkdtemp(prefix=_siblings_prefix(dest), dir=dest.parent))
+    else:
+        stage = dest.parent / f"{_siblings_prefix(dest)}{name}"
+        stage.mkdir(mode=0o700)
     os.chmod(stage, 0o700)
     if overlay and cur is not None:
         shutil.copytree(cur, stage, symlinks=True, dirs_exist_ok=True)
