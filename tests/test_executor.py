@@ -186,6 +186,29 @@ def test_command_results(ex, tmp_path):
     assert r.returncode == 0 and out.read_text() == "to file\n"
 
 
+def test_command_output_whole_and_done_at_exit(ex, tmp_path):
+    big = ex.submit(Command(["/bin/sh", "-c", "head -c 3000000 /dev/zero; echo err >&2"])).result(60)
+    assert big.stdout == b"\0" * 3_000_000 and big.stderr == b"err\n"
+    # a background child that keeps the streams open does not hold the result back,
+    # and does not outlive the command (it is killed with the command's session)
+    t = time.monotonic()
+    r = ex.submit(Command("echo out; sleep 31.5 & echo $! > bg.pid", cwd=str(tmp_path))).result(60)
+    assert r.stdout == b"out\n" and time.monotonic() - t < 20
+    bg = int((tmp_path / "bg.pid").read_text())
+    deadline = time.monotonic() + 10
+    while _alive(bg) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(bg)
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def test_command_check_and_missing_program(ex):
     with pytest.raises(CommandError) as info:
         ex.submit(Command("echo nope >&2; exit 4", check=True)).result(timeout=30)

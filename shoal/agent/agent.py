@@ -15,6 +15,7 @@ import logging
 import mmap
 import os
 import secrets
+import select
 import signal
 import socket
 import struct
@@ -39,6 +40,11 @@ HEAD_TIMEOUT_S = 60.0
 # that long by itself), so tiny tasks travel in big batches and long ones stay balanced.
 QUEUE_TARGET_S = 0.005
 QUEUE_MAX = 1000
+# At most one RESULTS message per this interval (Nagle-like): a result after a quiet spell
+# goes at once, results in a stream wait for company. Short commands finish one by one,
+# and a message per result would cost the head and the client more than the commands.
+RESULTS_DELAY_S = 0.002
+RESULTS_BATCH = 256
 
 
 class WorkerHandle:
@@ -95,7 +101,10 @@ class Agent:
         self.pinned: dict[int, deque[list[Any]]] = {}
         self.cmd_queue: deque[list[Any]] = deque()
         self.commands: dict[int, launcher.Running] = {}      # pidfd -> running
-        self.cmd_pipes: dict[int, launcher.Running] = {}     # pipe fd -> running
+        # Running commands' pidfds live in one epoll set, itself one fd in the poller: a
+        # zmq poll costs O(registered items), and 400 running commands would make every
+        # turn of the loop pay for all of them.
+        self.cmd_epoll = select.epoll()
         self.cmd_cores = 0
         self.func_blobs: dict[int, bytes] = {}
         self.mean: dict[int, float] = {}     # per function (and kind): EWMA of run time
@@ -104,6 +113,8 @@ class Agent:
         self.window_to_send = 0   # window to send to the head at the next flush (0: none)
         self.sent_window = -1
         self.out_results: list[list[Any]] = []
+        self.results_sent = 0.0
+        self.cmd_deep = 0                # extra window for short commands (see _want_credit)
         self.out_submit: list[list[Any]] = []
         self.out_funcs: dict[int, bytes] = {}
         self.out_workers: dict[bytes, list[list[Any]]] = {}
@@ -325,7 +336,12 @@ class Agent:
             if w.ready:
                 window += len(w.blocked) + extra
         if self.cmd_mean < QUEUE_TARGET_S:  # short commands: queue enough to cover a round trip
-            window += min(QUEUE_MAX, int(self.slots * QUEUE_TARGET_S / max(self.cmd_mean, 1e-5)))
+            deep = min(QUEUE_MAX, int(self.slots * QUEUE_TARGET_S / max(self.cmd_mean, 1e-5)))
+            # the mean moves with every command; the window grows at once but shrinks only
+            # when far too big, so it is not re-sent after every command
+            if deep > self.cmd_deep or deep < self.cmd_deep // 4:
+                self.cmd_deep = deep
+            window += self.cmd_deep
         if window != self.sent_window:
             self.sent_window = window
             self.window_to_send = window
@@ -393,28 +409,16 @@ class Agent:
                 continue
             self.cmd_cores += cores
             self.commands[run.pidfd] = run
-            self.poller.register(run.pidfd, zmq.POLLIN)
-            for fd in run.pipes:
-                self.cmd_pipes[fd] = run
-                self.poller.register(fd, zmq.POLLIN)
+            self.cmd_epoll.register(run.pidfd, select.EPOLLIN)
 
-    def _command_event(self, fd: int) -> None:
-        run = self.cmd_pipes.get(fd)
-        if run is not None:
-            if launcher.read_pipe(run, fd):
-                self.poller.unregister(fd)
-                del self.cmd_pipes[fd]
-                self._maybe_done(run)
-            return
-        run = self.commands.get(fd)
-        if run is not None and run.status is None and launcher.reap(run):
-            self.poller.unregister(fd)
-            self._maybe_done(run)
+    def _command_events(self) -> None:
+        for fd, _ in self.cmd_epoll.poll(0):
+            run = self.commands.get(fd)
+            if run is not None and run.status is None and launcher.reap(run):
+                self._done(run)
 
-    def _maybe_done(self, run: launcher.Running) -> None:
-        # `is run`: a closed pipe's fd number may already belong to a newer command
-        if run.status is None or any(self.cmd_pipes.get(fd) is run for fd in run.pipes):
-            return
+    def _done(self, run: launcher.Running) -> None:
+        self.cmd_epoll.unregister(run.pidfd)
         self.commands.pop(run.pidfd, None)
         os.close(run.pidfd)
         self.cmd_cores -= run.cores
@@ -452,10 +456,14 @@ class Agent:
         self.out_workers = {}
         if not self.welcomed:
             return
-        if self.out_results:
+        if self.out_results and (
+            len(self.out_results) >= RESULTS_BATCH
+            or time.monotonic() - self.results_sent >= RESULTS_DELAY_S
+            or not self.running
+        ):
             res, self.out_results = self.out_results, []
             self._send_head([P.RESULTS, res])
-            self.sent_at = time.monotonic()
+            self.sent_at = self.results_sent = time.monotonic()
         if self.out_submit:
             subs, self.out_submit = self.out_submit, []
             funcs, self.out_funcs = self.out_funcs, {}
@@ -473,8 +481,7 @@ class Agent:
         log.warning(
             "state: py_queue=%d cmd_queue=%d running_cmds=%s cmd_cores=%d free=%d workers=%s",
             len(self.py_queue), len(self.cmd_queue),
-            [(r.tid, r.pid, r.status, list(r.pipes), [fd in self.cmd_pipes for fd in r.pipes])
-             for r in self.commands.values()],
+            [(r.tid, r.pid, r.status) for r in self.commands.values()],
             self.cmd_cores, self._free_cores(),
             [(w.index, len(w.tasks), len(w.blocked), w.credit) for w in self.workers.values()],
         )
@@ -508,21 +515,26 @@ class Agent:
         poller = self.poller
         poller.register(self.head, zmq.POLLIN)
         poller.register(self.wsock, zmq.POLLIN)
+        poller.register(self.cmd_epoll.fileno(), zmq.POLLIN)
+        epoll_fd = self.cmd_epoll.fileno()
         head_seen = time.monotonic()
         next_beat = time.monotonic() + HEARTBEAT_S
         try:
             while self.running:
-                events = poller.poll(HEARTBEAT_S * 1000)
+                wait_ms = HEARTBEAT_S * 1000
+                if self.out_results:  # wake up to send them
+                    wait_ms = max(0.0, (self.results_sent + RESULTS_DELAY_S - time.monotonic()) * 1000)
+                events = poller.poll(wait_ms)
                 for sock_or_fd, _ in events:
                     if sock_or_fd is self.head:
                         head_seen = time.monotonic()
                         self._drain(self.head, from_head=True)
                     elif sock_or_fd is self.wsock:
                         self._drain(self.wsock, from_head=False)
+                    elif sock_or_fd == epoll_fd:
+                        self._command_events()
                     elif sock_or_fd in self.by_pidfd:
                         self._worker_died(self.by_pidfd[sock_or_fd])
-                    else:
-                        self._command_event(sock_or_fd)
                 self._dispatch()
                 if self.welcomed:
                     self._want_credit()
@@ -595,6 +607,10 @@ class Agent:
                 os.waitpid(run.pid, 0)
             except ChildProcessError:
                 pass
+            launcher.release(run)
+            os.close(run.pidfd)
+        self.commands.clear()
+        self.cmd_epoll.close()
         if self.ctx is not None:
             if not self.head_gone:
                 try:

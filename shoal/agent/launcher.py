@@ -3,6 +3,11 @@
 The agent never fork()s a Python interpreter per command: ``os.posix_spawnp`` uses
 vfork-like clone in glibc, and process exit is observed through a pidfd, so launching
 and reaping are events in the agent's single poll loop, not threads.
+
+Captured output goes to anonymous memory files (memfd), read once the command exits:
+one event per command (its exit) instead of three (exit and EOF on two pipes), no pipe
+buffer to keep draining, and a command is done when it exits even if a background
+child of it keeps the streams open.
 """
 
 from __future__ import annotations
@@ -30,8 +35,7 @@ class Running:
     spec: dict[str, Any]
     cores: int
     started: float
-    pipes: dict[int, list[bytes]] = field(default_factory=dict)  # fd -> chunks
-    which: dict[int, str] = field(default_factory=dict)          # fd -> "stdout"/"stderr"
+    captures: dict[str, int] = field(default_factory=dict)  # "stdout"/"stderr" -> memfd
     status: int | None = None
     popen: Any = None
 
@@ -44,6 +48,17 @@ def _target(spec_value: str | None, tid: int, is_stdin: bool = False) -> str | N
     if spec_value is None:
         return _DEVNULL_PATH if is_stdin else None
     return spec_value.replace("{id}", str(tid & 0xFFFFFFFF))
+
+
+_devnull_in = -1
+
+
+def _stdin_devnull() -> int:
+    # one read-only /dev/null for every command's stdin, opened once
+    global _devnull_in
+    if _devnull_in < 0:
+        _devnull_in = os.open(_DEVNULL_PATH, os.O_RDONLY | os.O_CLOEXEC)
+    return _devnull_in
 
 
 def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str]) -> Running:
@@ -59,33 +74,31 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str]) 
                 env.pop(k, None)
             else:
                 env[k] = str(v)
-    pipes: dict[int, list[bytes]] = {}
-    which: dict[int, str] = {}
+    captures: dict[str, int] = {}
     opened: list[int] = []
     actions: list[tuple[Any, ...]] = []
     try:
-        stdin_path = _target(spec.get("stdin"), tid, is_stdin=True)
-        fd = os.open(stdin_path, os.O_RDONLY | os.O_CLOEXEC)
-        opened.append(fd)
-        actions.append((os.POSIX_SPAWN_DUP2, fd, 0))
+        if spec.get("stdin") is None:
+            stdin_fd = _stdin_devnull()
+        else:
+            stdin_fd = os.open(_target(spec["stdin"], tid, is_stdin=True), os.O_RDONLY | os.O_CLOEXEC)
+            opened.append(stdin_fd)
+        actions.append((os.POSIX_SPAWN_DUP2, stdin_fd, 0))
         for name, target_fd in (("stdout", 1), ("stderr", 2)):
             mode = spec.get(name) or CAPTURE
             if mode == INHERIT:
                 continue
             if mode == CAPTURE:
-                r, w = os.pipe2(os.O_CLOEXEC)
-                os.set_blocking(r, False)
-                opened.append(w)
-                pipes[r] = []
-                which[r] = name
-                actions.append((os.POSIX_SPAWN_DUP2, w, target_fd))
+                fd = os.memfd_create(f"shoal-{name}", os.MFD_CLOEXEC)
+                captures[name] = fd
+                actions.append((os.POSIX_SPAWN_DUP2, fd, target_fd))
             else:
                 path = _DEVNULL_PATH if mode == DEVNULL else _target(mode, tid)
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
                 opened.append(fd)
                 actions.append((os.POSIX_SPAWN_DUP2, fd, target_fd))
     except OSError as exc:
-        for fd in opened + list(pipes):
+        for fd in opened + list(captures.values()):
             os.close(fd)
         raise LaunchError(f"cannot open {exc.filename!r} for the command: {exc.strerror}") from None
     popen = None
@@ -94,32 +107,32 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str]) 
             # posix_spawn cannot chdir; subprocess still uses vfork here
             popen = subprocess.Popen(
                 argv, cwd=spec["cwd"], env=env, close_fds=True,
-                stdin=opened[0], stdout=_fd_for(actions, 1), stderr=_fd_for(actions, 2),
+                stdin=stdin_fd, stdout=_fd_for(actions, 1), stderr=_fd_for(actions, 2),
                 start_new_session=True,
             )
             pid = popen.pid
         else:
             pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True)
     except FileNotFoundError as exc:
-        for fd in list(pipes):
+        for fd in captures.values():
             os.close(fd)
         what = exc.filename if exc.filename and exc.filename != argv[0] else argv[0]
         if spec.get("cwd") and not os.path.isdir(spec["cwd"]):
             raise LaunchError(f"working directory {spec['cwd']!r} does not exist") from None
         raise LaunchError(f"command not found: {what!r}") from None
     except PermissionError:
-        for fd in list(pipes):
+        for fd in captures.values():
             os.close(fd)
         raise LaunchError(f"permission denied: cannot execute {argv[0]!r}") from None
     except OSError as exc:
-        for fd in list(pipes):
+        for fd in captures.values():
             os.close(fd)
         raise LaunchError(f"cannot start {argv[0]!r}: {exc.strerror}") from None
     finally:
         for fd in opened:
             os.close(fd)
     pidfd = os.pidfd_open(pid)
-    return Running(tid, pid, pidfd, spec, cores, time.monotonic(), pipes, which, popen=popen)
+    return Running(tid, pid, pidfd, spec, cores, time.monotonic(), captures, popen=popen)
 
 
 def _fd_for(actions: list[tuple[Any, ...]], target: int) -> int | None:
@@ -129,22 +142,41 @@ def _fd_for(actions: list[tuple[Any, ...]], target: int) -> int | None:
     return None
 
 
-def read_pipe(run: Running, fd: int) -> bool:
-    """Read what is there; returns True at EOF (the fd is then closed)."""
-    chunks = run.pipes[fd]
-    while True:
-        try:
-            data = os.read(fd, 65536)
-        except BlockingIOError:
-            return False
-        if not data:
-            os.close(fd)
-            return True
-        chunks.append(data)
+def _read_capture(fd: int) -> bytes:
+    """All a command wrote to its memfd (it has exited); the fd is closed."""
+    try:
+        size = os.fstat(fd).st_size
+        parts = []
+        pos = 0
+        while pos < size:
+            data = os.pread(fd, size - pos, pos)
+            if not data:
+                break
+            parts.append(data)
+            pos += len(data)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
+
+
+def release(run: Running) -> None:
+    """Close what a command holds without reading it (it was killed or revoked)."""
+    for fd in run.captures.values():
+        os.close(fd)
+    run.captures = {}
 
 
 def reap(run: Running) -> bool:
-    """Collect the exit status once the pidfd said so; True when reaped."""
+    """Collect the exit status once the pidfd said so; True when reaped.
+
+    What the command left running in its session (background children) is killed
+    first, as batch systems do at the end of a job step: the exited leader is still a
+    zombie here, so its process group id cannot yet belong to anyone else.
+    """
+    try:
+        os.killpg(run.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
     try:
         pid, status = os.waitpid(run.pid, os.WNOHANG)
     except ChildProcessError:
@@ -160,13 +192,9 @@ def reap(run: Running) -> bool:
 
 def outcome(run: Running) -> tuple[int, bytes]:
     """The RESULT status and payload of a finished command."""
-    out = err = None
-    for fd, name in run.which.items():
-        data = b"".join(run.pipes.get(fd, ()))
-        if name == "stdout":
-            out = data
-        else:
-            err = data
+    out = _read_capture(run.captures["stdout"]) if "stdout" in run.captures else None
+    err = _read_capture(run.captures["stderr"]) if "stderr" in run.captures else None
+    run.captures = {}
     spec = run.spec
     argv = spec["argv"]
     shown: Any = argv[2] if len(argv) == 3 and argv[:2] == ["/bin/sh", "-c"] else argv
