@@ -14,6 +14,13 @@
 #   2. `shoal env` reroutes Python there (PYTHONHOME, PATH, LD_LIBRARY_PATH; PYTHONPATH and
 #      the user site purged) and, with --trap, removes the copies when the script exits.
 #   3. srun starts the application from the local copy (tier 3 is at $SHOAL_APP).
+#
+# The same for a shoal run instead of srun (every agent and worker imports from /dev/shm):
+#   shoal head --connection-file run.json --bundle "/dev/shm/$USER/shoal" &
+#   srun --ntasks-per-node=1 shoal agent --connect run.json --bundle "/dev/shm/$USER/shoal" &
+#   python "$SHOAL_APP/main.py"          # uses Executor(connect="run.json")
+# Later bundles (a changed tier 3, say) can go through the running agents:
+#   shoal bcast NEW.tar.zst --to "/dev/shm/$USER/shoal" --connect run.json
 #SBATCH --nodes=4
 #SBATCH --ntasks-per-node=32
 #SBATCH --time=00:30:00

@@ -66,11 +66,17 @@ def run_from_bundle(what: str, root: str, argv: list[str]) -> str | None:
     from shoal.bundle import BundleError, python_executable, rerouted_environ
 
     root = os.path.abspath(root)
+    import shoal
+
+    here = (_same(sys.prefix, root) and os.environ.get("SHOAL_BUNDLE_ROOT") == root
+            and os.path.realpath(shoal.__file__).startswith(os.path.realpath(root) + os.sep))
     if os.environ.get(_REEXEC) == root:  # we are the re-executed process
         del os.environ[_REEXEC]
-        if _same(sys.prefix, root) and os.environ.get("SHOAL_BUNDLE_ROOT") == root:
+        if here:
             return None
         return f"--bundle {root}: the re-executed interpreter runs from {sys.prefix}, not from the bundle"
+    if here:  # already rerouted (e.g. `eval "$(shoal env --root ROOT)"` ran before)
+        return None
     if not os.path.exists(root):
         return f"--bundle {root}: no such directory (run `shoal bcast BUNDLE... --to {root}` first)"
     if os.path.isfile(root):

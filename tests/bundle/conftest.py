@@ -105,11 +105,12 @@ class Runtime:
         self.agents: list[subprocess.Popen] = []
         self._logs: list = []
 
-    def _start(self, args: list[str], log: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    def _start(self, args: list[str], log: str, env: dict[str, str] | None = None,
+               python: str | None = None) -> subprocess.Popen:
         fh = open(self.tmp / log, "w")
         self._logs.append(fh)
-        return subprocess.Popen([sys.executable, "-m", "shoal", *args], stdout=fh, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, cwd=self.cwd, env=env)
+        return subprocess.Popen([python or sys.executable, "-m", "shoal", *args], stdout=fh,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.cwd, env=env)
 
     def __enter__(self) -> Runtime:
         self.head = self._start(["head", "--bind", "tcp://127.0.0.1:0", "--connection-file",
@@ -121,8 +122,9 @@ class Runtime:
             time.sleep(0.05)
         return self
 
-    def agent(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-        a = self._start(["agent", "--connect", str(self.connfile), *args], f"agent{len(self.agents)}.log", env)
+    def agent(self, *args: str, env: dict[str, str] | None = None, python: str | None = None) -> subprocess.Popen:
+        a = self._start(["agent", "--connect", str(self.connfile), *args], f"agent{len(self.agents)}.log", env,
+                        python)
         self.agents.append(a)
         return a
 

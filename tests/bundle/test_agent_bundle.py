@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from shoal import Executor
-from shoal.bundle import unpack_bundles
+from shoal.bundle import python_executable, rerouted_environ, unpack_bundles
 
 # Evaluated in a worker (``eval`` is a builtin, so it travels by reference and the probe
 # does not depend on where this test module can be imported from).
@@ -52,6 +52,19 @@ def test_head_and_agents_run_from_the_bundle(root, runtime):
             assert s["pythonhome"] == str(root)
             assert "/app/" in s["myapp"]  # tier 3 is on the workers' path, not the cwd
     assert not rt.leftovers(workers), "processes outlived the runtime"
+
+
+def test_an_already_rerouted_agent_is_not_executed_again(root, runtime):
+    """After `eval "$(shoal env --root ROOT)"`, `shoal agent --bundle ROOT` just runs."""
+    with runtime() as rt:
+        a = rt.agent("--slots", "1", "--bundle", str(root), python=str(python_executable(root)),
+                     env=rerouted_environ(root))
+        rt.wait_agents(1)
+        argv = Path(f"/proc/{a.pid}/cmdline").read_bytes().split(b"\0")
+        assert argv[1:4] == [b"-m", b"shoal", b"agent"], argv  # not the re-exec's `-c ...`
+        with Executor(connect=str(rt.connfile)) as ex:
+            s = ex.submit(eval, PROBE).result(timeout=60)
+        assert inside(s["shoal"], root) and inside(s["numpy"], root) and s["agent"] == a.pid
 
 
 def test_agent_bundle_errors_are_one_line(bundles, tmp_path):
