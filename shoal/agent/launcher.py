@@ -112,7 +112,10 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str]) 
             )
             pid = popen.pid
         else:
-            pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True)
+            prog = argv[0]
+            if "/" not in prog:  # search PATH once per program, not in every child (execvp)
+                prog = _resolve(prog, env.get("PATH", os.defpath))
+            pid = os.posix_spawn(prog, argv, env, file_actions=actions, setsid=True)
     except FileNotFoundError as exc:
         for fd in captures.values():
             os.close(fd)
@@ -133,6 +136,24 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str]) 
             os.close(fd)
     pidfd = os.pidfd_open(pid)
     return Running(tid, pid, pidfd, spec, cores, time.monotonic(), captures, popen=popen)
+
+
+_resolved: dict[tuple[str, str], str] = {}
+
+
+def _resolve(name: str, path: str) -> str:
+    """``name`` looked up on ``path`` like execvp would (found ones are remembered)."""
+    key = (name, path)
+    hit = _resolved.get(key)
+    if hit is not None:
+        return hit
+    for d in path.split(os.pathsep):
+        cand = os.path.join(d or ".", name)
+        if os.path.isfile(cand) and os.access(cand, os.X_OK):
+            if d and os.path.isabs(d):  # a relative PATH entry depends on the cwd
+                _resolved[key] = cand
+            return cand
+    raise FileNotFoundError(2, "No such file or directory", name)
 
 
 def _fd_for(actions: list[tuple[Any, ...]], target: int) -> int | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import cloudpickle
 
-from shoal.client.command import Command
+from shoal.client.command import CAPTURE, Command
 from shoal.transport import protocol as P
 
 
@@ -73,16 +73,20 @@ class Encoder:
     def command(self, cmd: Command, deps: list[int]) -> list[Any]:
         if cmd.cores < 1:
             raise ValueError(f"a command needs at least 1 core, not {cmd.cores}")
-        env = dict(cmd.env) if cmd.env else None
-        spec = {
-            "argv": cmd.argv(),
-            "cwd": cmd.cwd,
-            "env": env,
-            "stdout": cmd.stdout,
-            "stderr": cmd.stderr,
-            "stdin": cmd.stdin,
-            "check": cmd.check,
-        }
+        # only what differs from the defaults travels (the agent reads it with .get)
+        spec: dict[str, Any] = {"argv": cmd.argv()}
+        if cmd.cwd is not None:
+            spec["cwd"] = cmd.cwd
+        if cmd.env:
+            spec["env"] = dict(cmd.env)
+        if cmd.stdout != CAPTURE:
+            spec["stdout"] = cmd.stdout
+        if cmd.stderr != CAPTURE:
+            spec["stderr"] = cmd.stderr
+        if cmd.stdin is not None:
+            spec["stdin"] = cmd.stdin
+        if cmd.check:
+            spec["check"] = True
         return [self.next_tid(), P.CMD, 0, spec, deps, cmd.cores, -1]
 
 
