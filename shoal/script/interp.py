@@ -10,6 +10,7 @@ program becomes a :class:`~shoal.script.model.Step` with the files it reads and 
 from __future__ import annotations
 
 import fnmatch
+import operator
 import os
 import re
 import subprocess
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from .errors import ScriptError, Unsupported
 from .model import DEL, IN, INOUT, OUT, FileUse, Redirect, Stage, Step
@@ -306,6 +308,8 @@ class Interpreter:
         self._assign_cache: dict[int, tuple[Node, tuple]] = {}  # type: ignore[type-arg]
         self._arith_cache: dict[int, tuple[Node, tuple]] = {}  # type: ignore[type-arg]
         self._test_cache: dict[int, tuple[Node, list]] = {}  # type: ignore[type-arg]
+        self._aexprs_cache: dict[int, tuple[Node, list[Node]]] = {}
+        self._subst_cache: dict[int, tuple[Node, tuple]] = {}  # type: ignore[type-arg]
         self._readable: dict[str, bool] = {}
         self._handlers = {name[3:]: getattr(self, name) for name in dir(type(self))
                           if name.startswith("_x_")}
@@ -369,15 +373,21 @@ class Interpreter:
         return 0
 
     def _assign_node(self, node: Node, local: bool = False) -> None:
-        name_node = node.child_by_field_name("name")
-        value = node.child_by_field_name("value")
-        if name_node is None or name_node.type == "subscript":
-            raise self.error("arrays are not supported", Unsupported)
-        if value is not None and value.type == "array":
-            raise self.error("arrays are not supported", Unsupported)
-        name = _text(name_node)
+        hit = self._assign_cache.get(node.id)
+        if hit is not None and hit[0] == node:
+            name, value, append = hit[1]
+        else:
+            name_node = node.child_by_field_name("name")
+            value = node.child_by_field_name("value")
+            if name_node is None or name_node.type == "subscript":
+                raise self.error("arrays are not supported", Unsupported)
+            if value is not None and value.type == "array":
+                raise self.error("arrays are not supported", Unsupported)
+            name = _text(name_node)
+            append = any(c.type == "+=" for c in node.children)
+            self._assign_cache[node.id] = (node, (name, value, append))
         text = self.expand_str(value) if value is not None else ""
-        if any(c.type == "+=" for c in node.children):
+        if append:
             text = self.vars.get(name, "") + text
         self.set_var(name, text, local)
 
@@ -603,25 +613,41 @@ class Interpreter:
 
     @contextmanager
     def _saved_state(self) -> Iterator[None]:
-        saved = (dict(self.vars), set(self.exported), list(self.positional), self.cwd,
-                 dict(self.functions))
+        saved = (self.vars, self.exported, self.positional, self.cwd, self.functions)
+        env_valid = self._env_key == (id(self.vars), self._env_gen)
+        env_cache = self._env_cache
+        self.vars = dict(self.vars)
+        self.exported = set(self.exported)
+        self.positional = list(self.positional)
+        self.functions = dict(self.functions)
         try:
             yield
         finally:
             self.vars, self.exported, self.positional, self.cwd, self.functions = saved
             self._env_gen += 1
+            if env_valid:  # the caller's variables are back, unchanged: so is their env
+                self._env_key, self._env_cache = (id(self.vars), self._env_gen), env_cache
 
     def _x_test_command(self, node: Node) -> int:
-        double = node.children[0].type == "[["
-        words: list[tuple[str, bool]] = []
-        for c in node.children[1:-1]:
-            self._flatten_test(c, words, double)
-        return 0 if self._test([w for w, _ in words], [p for _, p in words], double) else 1
+        hit = self._test_cache.get(node.id)
+        if hit is not None and hit[0] == node:
+            double, flat = hit[1]
+        else:
+            double = node.children[0].type == "[["
+            flat = []
+            for c in node.children[1:-1]:
+                self._flatten_test(c, flat, double)
+            self._test_cache[node.id] = (node, (double, flat))
+        # flat: (node to expand, or a token, and whether it is a pattern)
+        words = [self.expand_str(w) if type(w) is not str else w for w, _ in flat]
+        return 0 if self._test(words, [p for _, p in flat], double) else 1
 
-    def _flatten_test(self, node: Node, out: list[tuple[str, bool]], double: bool) -> None:
+    def _flatten_test(self, node: Node, out: list[tuple[Node | str, bool]], double: bool
+                      ) -> None:
         if node.type in _WORDLIKE:
             pattern = double and node.type in ("word", "extglob_pattern", "concatenation", "regex")
-            out.append((self.expand_str(node), pattern))
+            # an operator (-lt, -f) expands to itself
+            out.append((_text(node) if node.type == "test_operator" else node, pattern))
         elif node.is_named and node.type in ("binary_expression", "unary_expression",
                                              "parenthesized_expression", "negated_expression"):
             for c in node.children:
@@ -630,7 +656,7 @@ class Interpreter:
             tok = _text(node)
             out.append(({"&&": "-a", "||": "-o"}.get(tok, tok) if double else tok, False))
         else:
-            out.append((self.expand_str(node), False))
+            out.append((node, False))
 
     def _x_redirected_statement(self, node: Node) -> int | None:
         body = node.child_by_field_name("body")
@@ -830,8 +856,13 @@ class Interpreter:
         if self._extra and _key(node) in self._extra:
             self._pre_argv[_key(node)] = argv  # _stage would expand the same words again
             return self._emit_list([("", node)])
-        # a plain command (the usual case): what _emit_list would do, directly
-        return self._emit([self._stage(node, [], argv)], [[0]], [], [False])
+        # a plain command (the usual case): what _emit_list and _stage would do, directly
+        st = Stage(argv, [], {})
+        for c in assigns:
+            self._stage_assign(c, st)
+        for r in _r:  # redirects written inside the command node
+            self._redirect(r, st)
+        return self._emit([st], [[0]], [], [False])
 
     def _call(self, name: str, args: list[str]) -> int | None:
         saved = self.positional
@@ -851,7 +882,7 @@ class Interpreter:
                     self.vars[k] = v
 
     def _arith_command(self, node: Node) -> int:
-        exprs = [c for c in node.children if c.is_named]
+        exprs = self._arith_exprs(node)
         value = 0
         for e in exprs:
             value = self.arith(e)
@@ -1111,25 +1142,23 @@ class Interpreter:
         if not args:
             return 1
         fmt, rest = args[0], args[1:]
-        if "%" not in fmt.replace("%%", "") or all(
-                re.fullmatch(r"%(-?0?\d*(\.\d+)?[sdif]|%)", m.group(0))
-                for m in re.finditer(r"%[-0-9.]*[a-zA-Z%]", fmt)):
-            specs = re.findall(r"%[-0-9.]*[sdif]", fmt)
+        parsed = _printf_format(fmt)
+        if parsed is not None:
+            kinds, template = parsed
             out = []
             while True:
-                vals = []
-                for k, spec in enumerate(specs):
+                vals: list[int | float | str] = []
+                for k, kind in enumerate(kinds):
                     v = rest[k] if k < len(rest) else ""
-                    if spec[-1] in "di":
+                    if kind in "di":
                         vals.append(int(v or 0))
-                    elif spec[-1] == "f":
+                    elif kind == "f":
                         vals.append(float(v or 0))
                     else:
                         vals.append(v)
-                out.append(_ansi_c(fmt.replace("%i", "%d")) % tuple(vals) if specs
-                           else _ansi_c(fmt).replace("%%", "%"))
-                rest = rest[len(specs):]
-                if not rest or not specs:
+                out.append(template % tuple(vals) if kinds else template)
+                rest = rest[len(kinds):]
+                if not rest or not kinds:
                     break
             self._out("".join(out))
             return 0
@@ -1165,23 +1194,36 @@ class Interpreter:
 
     def command_substitution(self, node: Node) -> str:
         """The output of ``$(...)`` with trailing newlines removed, computed statically."""
+        hit = self._subst_cache.get(node.id)
+        if hit is not None and hit[0] == node:
+            kind, what = hit[1]
+        else:
+            kind, what = self._subst_kind(node)
+            self._subst_cache[node.id] = (node, (kind, what))
+        if kind == "run":
+            return self._capture_nodes(what).rstrip("\n")
+        if kind == "arith":
+            return str(self.arith_text(what))
+        return self._read_static_file(self.expand_str(what)).rstrip("\n")
+
+    def _subst_kind(self, node: Node) -> tuple[str, Any]:
         text = _text(node)
         if text.startswith("$((") and text.endswith("))"):
             # tree-sitter reads $(( )) in a here-document as $( (subshell) )
-            return str(self.arith_text(text[3:-2]))
+            return ("arith", text[3:-2])
         body = [c for c in node.children if c.is_named]
         if len(body) == 1 and body[0].type == "file_redirect":  # $(< file)
             dest = body[0].child_by_field_name("destination")
             assert dest is not None
-            return self._read_static_file(self.expand_str(dest)).rstrip("\n")
+            return ("file", dest)
         if len(body) == 1 and body[0].type == "redirected_statement" and \
                 body[0].child_by_field_name("body") is None:
             # $(< file)
             r = _named(body[0])[0]
             dest = r.child_by_field_name("destination")
             assert dest is not None
-            return self._read_static_file(self.expand_str(dest)).rstrip("\n")
-        return self._capture_nodes(body).rstrip("\n")
+            return ("file", dest)
+        return ("run", body)
 
     def _static_pipeline(self, parts: list[Node]) -> int | None:
         stdin = ""
@@ -1354,11 +1396,9 @@ class Interpreter:
                              Unsupported)
         assigns: dict[str, str] = {}
         _name, _args, assign_nodes, inner_redirects, progs = self._parts(cmd)
+        st = Stage([], [], assigns)
         for c in assign_nodes:
-            n = c.child_by_field_name("name")
-            v = c.child_by_field_name("value")
-            assert n is not None
-            assigns[_text(n)] = self.expand_str(v) if v is not None else ""
+            self._stage_assign(c, st)
         if argv is None:
             argv = self._pre_argv.pop(_key(cmd), None)
         if argv is None:
@@ -1367,10 +1407,17 @@ class Interpreter:
         if argv and argv[0] in self.functions:
             raise self.error(f"function '{argv[0]}' used in a pipeline or with redirections",
                              Unsupported)
-        st = Stage(argv, [], assigns)
+        st.argv = argv
         for r in redirect_nodes:
             self._redirect(r, st)
         return st
+
+    def _stage_assign(self, c: Node, st: Stage) -> None:
+        """A ``VAR=value`` prefix of a command."""
+        n = c.child_by_field_name("name")
+        v = c.child_by_field_name("value")
+        assert n is not None
+        st.assigns[_text(n)] = self.expand_str(v) if v is not None else ""
 
     def _redirect(self, r: Node, st: Stage) -> None:
         if r.type == "heredoc_redirect":
@@ -1699,6 +1746,14 @@ class Interpreter:
 
     def expand_str(self, node: Node) -> str:
         """Expand a node to one string (no splitting or globbing: assignments, case, targets)."""
+        t = node.type
+        if t == "command_substitution":
+            return self.command_substitution(node)
+        if t == "arithmetic_expansion":
+            value = 0
+            for e in self._arith_exprs(node):
+                value = self.arith(e)
+            return str(value)
         plan = self._plan(node)
         if plan:
             vars_ = self.vars
@@ -1771,7 +1826,7 @@ class Interpreter:
         elif t == "command_substitution":
             self._value_into(self.command_substitution(node), f, quoted)
         elif t == "arithmetic_expansion":
-            exprs = [c for c in node.children if c.is_named]
+            exprs = self._arith_exprs(node)
             value = 0
             for e in exprs:
                 value = self.arith(e)
@@ -1958,17 +2013,77 @@ class Interpreter:
     def arith_text(self, text: str) -> int:
         """Evaluate an arithmetic expression given as text (``let``, variable contents)."""
         text = text.strip()
-        if re.fullmatch(r"-?\d+", text):
+        if text.isdecimal() or re.fullmatch(r"-?\d+", text):
             return int(text)
         if text == "":
             return 0
-        root = _arith_tree(text)
-        if root is None:
+        prog = _arith_text_prog(text)
+        if prog is None:
             raise self.error(f"bad arithmetic expression '{text}'")
-        return self.arith(root)
+        return self._aeval(prog)
 
     def arith(self, node: Node) -> int:
-        """Evaluate an arithmetic tree-sitter node."""
+        """Evaluate an arithmetic tree-sitter node (compiled once per node, see _arith_compile)."""
+        hit = self._arith_cache.get(node.id)
+        if hit is not None and hit[0] == node:
+            return self._aeval(hit[1])
+        prog = _arith_compile(node)
+        self._arith_cache[node.id] = (node, prog)
+        return self._aeval(prog)
+
+    def _arith_exprs(self, node: Node) -> list[Node]:
+        """The named children of ``$(( ))`` / ``(( ))``, cached."""
+        hit = self._aexprs_cache.get(node.id)
+        if hit is not None and hit[0] == node:
+            return hit[1]
+        exprs = [c for c in node.children if c.is_named]
+        self._aexprs_cache[node.id] = (node, exprs)
+        return exprs
+
+    def _aeval(self, prog: tuple) -> int:  # type: ignore[type-arg]
+        """Evaluate a compiled arithmetic expression (same order of effects as _arith_node)."""
+        op = prog[0]
+        if op == "n":
+            return prog[1]  # type: ignore[no-any-return]
+        if op == "var":
+            return self._var_int(prog[1])
+        if op == "bin":
+            return _binop(prog[1], self._aeval(prog[2]), self._aeval(prog[3]), self)
+        if op == "text":
+            return self.arith_text(self.expand_str(prog[1]))
+        if op == "aset":
+            name = prog[2]
+            r = self._aeval(prog[3])
+            v = r if prog[1] == "=" else _binop(prog[1][:-1], self._var_int(name), r, self)
+            self.set_var(name, str(v))
+            return v
+        if op == "pre":
+            v = self._var_int(prog[1]) + prog[2]
+            self.set_var(prog[1], str(v))
+            return v
+        if op == "post":
+            v = self._var_int(prog[1])
+            self.set_var(prog[1], str(v + prog[2]))
+            return v
+        if op == "un":
+            v = self._aeval(prog[2])
+            return {"-": -v, "+": v, "!": int(v == 0), "~": ~v}[prog[1]]
+        if op == "assign":
+            v = self._aeval(prog[2]) if prog[2] is not None else 0
+            self.set_var(prog[1], str(v))
+            return v
+        if op == "tern":
+            return self._aeval(prog[2]) if self._aeval(prog[1]) else self._aeval(prog[3])
+        if op == "and":
+            return int(bool(self._aeval(prog[1])) and bool(self._aeval(prog[2])))
+        if op == "or":
+            return int(bool(self._aeval(prog[1])) or bool(self._aeval(prog[2])))
+        if op == "badnum":
+            raise self.error(f"bad number '{prog[1]}' in arithmetic")
+        return self._arith_node(prog[1])
+
+    def _arith_node(self, node: Node) -> int:
+        """Evaluate an arithmetic node directly (what _arith_compile does not compile)."""
         t = node.type
         if t == "number":
             return _int(_text(node), self)
@@ -2028,8 +2143,12 @@ class Interpreter:
         raise self.error(f"unsupported arithmetic '{_text(node)}'", Unsupported)
 
     def _var_int(self, name: str) -> int:
-        value = self._get(name)
-        if value is None or value.strip() == "":
+        value = self.vars.get(name) if name.isidentifier() else self._get(name)
+        if value is None:
+            return 0
+        if value.isdecimal():
+            return int(value)
+        if value.strip() == "":
             return 0
         if re.fullmatch(r"\s*-?\d+\s*", value):
             return int(value)
@@ -2037,6 +2156,14 @@ class Interpreter:
 
     # ------------------------------------------------------------------ test / [ ] / [[ ]]
     def _test(self, words: list[str], pattern: list[bool], double: bool) -> bool:
+        n = len(words)
+        # the usual shapes, decided as the general parser below would decide them
+        if n == 3 and words[1] in _BINARY and words[0] not in ("!", "("):
+            return self._binary_test(words[0], words[1], words[2], double and pattern[2])
+        if n == 2 and words[0] in _UNARY and words[1] not in _BINARY:
+            return self._unary_test(words[0], words[1])
+        if n == 1:
+            return words[0] != ""
         pos = 0
 
         def peek(k: int = 0) -> str | None:
@@ -2165,21 +2292,129 @@ def _arith_tree(text: str) -> Node | None:
     return exprs[-1] if exprs else None
 
 
+_ASSIGN_OPS = frozenset({"=", "+=", "-=", "*=", "/=", "%=", "<<=", ">>=", "&=", "|=", "^="})
+_EXPANDING = frozenset({"simple_expansion", "expansion", "command_substitution", "string",
+                        "arithmetic_expansion", "concatenation", "raw_string"})
+
+
+def _arith_compile(node: Node) -> tuple:  # type: ignore[type-arg]
+    """An arithmetic node as nested tuples, evaluated by ``Interpreter._aeval``; what this does
+    not know becomes ``("node", node)``, evaluated by ``Interpreter._arith_node``."""
+    t = node.type
+    if t == "number":
+        return _num_prog(_text(node))
+    if t in ("variable_name", "word"):
+        name = _text(node)
+        if re.fullmatch(r"-?\d\w*", name):
+            return _num_prog(name)
+        return ("var", name)
+    if t == "binary_expression":
+        left = node.child_by_field_name("left")
+        right = node.child_by_field_name("right")
+        opn = node.child_by_field_name("operator")
+        if left is None or right is None or opn is None:
+            return ("node", node)
+        op = _text(opn)
+        if op in _ASSIGN_OPS:
+            return ("aset", op, _text(left), _arith_compile(right))
+        if op == "&&":
+            return ("and", _arith_compile(left), _arith_compile(right))
+        if op == "||":
+            return ("or", _arith_compile(left), _arith_compile(right))
+        return ("bin", op, _arith_compile(left), _arith_compile(right))
+    if t == "parenthesized_expression":
+        named = [c for c in node.children if c.is_named]
+        return _arith_compile(named[0]) if named else ("node", node)
+    if t in _EXPANDING:
+        return ("text", node)
+    if t == "unary_expression" or t == "prefix_expression":
+        kids = node.children
+        if len(kids) < 2:
+            return ("node", node)
+        op = _text(kids[0])
+        if op in ("++", "--"):
+            return ("pre", _text(kids[1]), 1 if op == "++" else -1)
+        if op in ("-", "+", "!", "~"):
+            return ("un", op, _arith_compile(kids[1]))
+        return ("node", node)
+    if t == "postfix_expression":
+        kids = node.children
+        if len(kids) < 2:
+            return ("node", node)
+        return ("post", _text(kids[0]), 1 if _text(kids[1]) == "++" else -1)
+    if t == "variable_assignment":
+        name_node = node.child_by_field_name("name")
+        value = node.child_by_field_name("value")
+        if name_node is None:
+            return ("node", node)
+        return ("assign", _text(name_node), None if value is None else _arith_compile(value))
+    if t == "ternary_expression":
+        parts = [c for c in node.children if c.is_named]
+        if len(parts) < 3:
+            return ("node", node)
+        return ("tern", *(_arith_compile(c) for c in parts[:3]))
+    return ("node", node)
+
+
+def _num_prog(text: str) -> tuple[str, int | str]:
+    try:
+        return ("n", _parse_int(text))
+    except ValueError:
+        return ("badnum", text)
+
+
+@lru_cache(maxsize=4096)
+def _arith_text_prog(text: str) -> tuple | None:  # type: ignore[type-arg]
+    root = _arith_tree(text)
+    return None if root is None else _arith_compile(root)
+
+
+@lru_cache(maxsize=256)
+def _printf_format(fmt: str) -> tuple[str, str] | None:
+    """A printf format we compute natively: (conversion letters, %-template or literal text);
+    None for one to run with the real printf."""
+    if "%" not in fmt.replace("%%", "") or all(
+            re.fullmatch(r"%(-?0?\d*(\.\d+)?[sdif]|%)", m.group(0))
+            for m in re.finditer(r"%[-0-9.]*[a-zA-Z%]", fmt)):
+        specs = re.findall(r"%[-0-9.]*[sdif]", fmt)
+        kinds = "".join(spec[-1] for spec in specs)
+        template = (_ansi_c(fmt.replace("%i", "%d")) if specs
+                    else _ansi_c(fmt).replace("%%", "%"))
+        return kinds, template
+    return None
+
+
+def _parse_int(text: str) -> int:
+    if "#" in text:
+        base, digits = text.split("#", 1)
+        return int(digits, int(base))
+    if text.lower().startswith(("0x", "-0x")):
+        return int(text, 16)
+    if len(text.lstrip("-")) > 1 and text.lstrip("-").startswith("0"):
+        return int(text, 8)
+    return int(text)
+
+
 def _int(text: str, interp: Interpreter) -> int:
     try:
-        if "#" in text:
-            base, digits = text.split("#", 1)
-            return int(digits, int(base))
-        if text.lower().startswith(("0x", "-0x")):
-            return int(text, 16)
-        if len(text.lstrip("-")) > 1 and text.lstrip("-").startswith("0"):
-            return int(text, 8)
-        return int(text)
+        return _parse_int(text)
     except ValueError:
         raise interp.error(f"bad number '{text}' in arithmetic")
 
 
+_BINOPS = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "**": operator.pow,
+    "<": lambda a, b: int(a < b), ">": lambda a, b: int(a > b), "<=": lambda a, b: int(a <= b),
+    ">=": lambda a, b: int(a >= b), "==": lambda a, b: int(a == b),
+    "!=": lambda a, b: int(a != b), "<<": operator.lshift, ">>": operator.rshift,
+    "&": operator.and_, "|": operator.or_, "^": operator.xor, ",": lambda a, b: b,
+}
+
+
 def _binop(op: str, a: int, b: int, interp: Interpreter) -> int:
+    fn = _BINOPS.get(op)
+    if fn is not None:
+        return fn(a, b)  # type: ignore[no-any-return]
     if op in ("/", "%") and b == 0:
         raise interp.error("division by zero in arithmetic")
     if op == "/":
@@ -2188,16 +2423,7 @@ def _binop(op: str, a: int, b: int, interp: Interpreter) -> int:
     if op == "%":
         r = abs(a) % abs(b)
         return r if a >= 0 else -r
-    table = {
-        "+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "**": lambda: a ** b,
-        "<": lambda: int(a < b), ">": lambda: int(a > b), "<=": lambda: int(a <= b),
-        ">=": lambda: int(a >= b), "==": lambda: int(a == b), "!=": lambda: int(a != b),
-        "<<": lambda: a << b, ">>": lambda: a >> b, "&": lambda: a & b, "|": lambda: a | b,
-        "^": lambda: a ^ b, ",": lambda: b,
-    }
-    if op not in table:
-        raise interp.error(f"unsupported arithmetic operator '{op}'", Unsupported)
-    return table[op]()
+    raise interp.error(f"unsupported arithmetic operator '{op}'", Unsupported)
 
 
 def _trim(value: str, pat: str, op: str) -> str:

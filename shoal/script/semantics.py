@@ -121,14 +121,16 @@ class Semantics:
         pos = [(args[k], k + 1) for k in pos_idx]
         res.barrier_reason = barrier_reason
 
+        uses = res.uses
+
         def use(path: str, role: str, idx: int | None, prefix: str = "") -> None:
             if path in ("", "-") or path.startswith("/dev/"):
                 return
-            if path[0] not in "/~." and "/." not in path and "//" not in path:
-                full = cwd + "/" + path  # already normal: skip normpath (hot path)
+            if path[0] != "~":
+                full = _join(cwd, path)
             else:
                 full = os.path.normpath(os.path.join(cwd, os.path.expanduser(path)))
-            res.uses.append(FileUse(full, role, None if idx is None else (stage, "a", idx), prefix))
+            uses.append(FileUse(full, role, None if idx is None else (stage, "a", idx), prefix))
 
         out_opt = [opts[k][1:] for k in out_opts]
         for k in in_opts:
@@ -189,14 +191,15 @@ class Semantics:
         elif kind == "remove":
             recursive = any(spec.has("dir_flags", f) for f in flags) or spec.name == "rmdir"
             for a, k in pos:
-                full = os.path.normpath(os.path.join(cwd, a))
-                if fs.isdir(full):
+                full = _join(cwd, a)
+                kind_of = fs.kind(full)
+                if kind_of == "d":
                     if not recursive:
                         continue  # rm DIR fails in bash too; nothing changes
                     for f in _files_under(fs, full):
                         res.uses.append(FileUse(f, DEL, None))
                     res.uses.append(FileUse(full, DEL, None))  # the directory itself
-                elif fs.exists(full):
+                elif kind_of is not None:
                     use(a, DEL, k)
         elif kind == "touch":
             for a, k in pos:
@@ -318,6 +321,14 @@ def _parse_shape(spec: Spec, shape: tuple[str, ...]) -> tuple:  # type: ignore[t
     if spec.skip and not any(spec.has("skip_unless", f) for f in flags):
         pos = pos[spec.skip:]
     return (opts, flags, pos, barrier_reason, append, inplace, in_opts, out_opts, prefix_opt)
+
+
+def _join(cwd: str, path: str) -> str:
+    """``os.path.normpath(os.path.join(cwd, path))``, short when nothing needs normalizing."""
+    if path and path[0] not in "/." and "/." not in path and "//" not in path and \
+            not path.endswith("/") and cwd != "/":
+        return cwd + "/" + path
+    return os.path.normpath(os.path.join(cwd, path))
 
 
 def _files_under(fs: SimFS, d: str) -> list[str]:

@@ -29,6 +29,14 @@ def _normal(path: str) -> str:
     return path
 
 
+def _literal_prefix(pattern: str) -> str:
+    """The text every match of the glob ``pattern`` starts with."""
+    for i, c in enumerate(pattern):
+        if c in "*?[\\":
+            return pattern[:i]
+    return pattern
+
+
 def has_glob(text: str) -> bool:
     """True when ``text`` has an unescaped glob character (``*``, ``?`` or ``[``)."""
     return "*" in text or "?" in text or "[" in text
@@ -164,8 +172,10 @@ class SimFS:
                 hidden = part.startswith(".")
                 listing = self._listing(os.path.normpath(real)) or {}
                 if last:
+                    lit = _literal_prefix(part)  # cheap test first: big directories
                     nxt.extend(("", shown + name) for name in listing
-                               if (hidden or name[:1] != ".") and match(name))
+                               if name.startswith(lit) and (hidden or name[:1] != ".")
+                               and match(name))
                     continue
                 for name, kind in list(listing.items()):
                     if (hidden or name[:1] != ".") and match(name) and kind == DIR:
