@@ -159,6 +159,16 @@ def raises_in_child(x):
     return futures.submit(boom, x).result()
 
 
+def cancel_a_kept_child(_):
+    a = futures.submit(inc, 1)
+    b = futures.submit(inc, 2)
+    return b.cancel(), b.cancelled(), a.result()
+
+
+def test_cancel_a_kept_sub_task(ex):
+    assert ex.submit(cancel_a_kept_child, 0).result(timeout=60) == (True, True, 2)
+
+
 def test_waited_on_sub_tasks_run_in_the_parents_process(ex):
     # Kept sub-tasks run in the worker of the parent that waits for them: no message
     # leaves the process (SCOOP's behaviour). Some may go out under heavy load.
