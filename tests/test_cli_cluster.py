@@ -148,6 +148,33 @@ def test_agents_listing_and_placement(head):
             bad.result(30)
 
 
+def worker_pid(_):
+    time.sleep(0.05)
+    return os.getpid()
+
+
+def test_killed_agent_takes_its_workers_along(head):
+    connfile, proc, add_agent = head
+    a = add_agent(2)
+    with Executor(connect=str(connfile)) as ex:
+        workers = set(ex.map(worker_pid, range(8), chunksize=1))
+        assert workers and a.pid not in workers
+        a.kill()  # SIGKILL: no chance to stop its workers in order
+        a.wait()
+        deadline = time.monotonic() + 15
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(w) for w in workers)
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def test_unauthenticated_messages_are_dropped(head):
     connfile, proc, add_agent = head
     add_agent(1)

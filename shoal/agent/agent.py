@@ -137,6 +137,7 @@ class Agent:
         ident = f"w{index}.{self.incarnations}".encode()
         sys.stdout.flush()
         sys.stderr.flush()
+        os.environ["SHOAL_AGENT_PID"] = str(os.getpid())  # the worker checks it still has us
         pid = os.fork()
         if pid == 0:  # child: becomes a warm worker, never returns
             try:

@@ -410,9 +410,13 @@ def worker_main(endpoint: str, key: bytes, ident: bytes,
                 slot_offset: int = 0) -> None:
     """Entry point of a worker process (forked by its agent)."""
     global _current
-    set_parent_death_signal()
-    # Ctrl-C belongs to the agent, which stops its workers in order.
+    # The agent's handlers came with the fork: a worker dies of SIGTERM (its parent-death
+    # signal) at once, and Ctrl-C belongs to the agent, which stops its workers in order.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    set_parent_death_signal()
+    if str(os.getppid()) != os.environ.pop("SHOAL_AGENT_PID", str(os.getppid())):
+        os._exit(0)  # the agent died before the parent-death signal was armed
     if sys_path:
         for p in reversed(sys_path):
             if p not in sys.path:
