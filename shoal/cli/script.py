@@ -32,6 +32,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
                    help="partitioning of the DAG into dispatch units (default: chains)")
     p.add_argument("--local-threads", action="store_true",
                    help="run with a local thread pool instead of the shoal runtime")
+    p.add_argument("--connect", metavar="FILE", default=os.environ.get("SHOAL_CONNECT"),
+                   help="run on the agents of a running `shoal head` (its connection file; "
+                        "default $SHOAL_CONNECT), else on a local runtime")
     p.add_argument("--no-shm", action="store_true",
                    help="keep intermediate files on disk, not in /dev/shm")
     p.add_argument("--scratch", metavar="DIR", help="where disk scratch goes (default: here)")
@@ -74,7 +77,8 @@ def main(args: argparse.Namespace) -> int:
     ropts = RunOptions(workers=args.workers,
                        backend="threads" if args.local_threads else "auto",
                        scratch_dir=args.scratch, shm_dir=None if args.no_shm else "/dev/shm",
-                       keep_run_dir=args.keep_run_dir)
+                       keep_run_dir=args.keep_run_dir,
+                       connect=None if args.local_threads else args.connect)
     def _terminate(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # same clean-up as Ctrl-C: stop commands, remove scratch
 
@@ -89,6 +93,11 @@ def main(args: argparse.Namespace) -> int:
         t = plan.timings
         print(f"shoal script: compiled {len(plan.steps)} commands in {t['total'] * 1000:.1f} ms "
               f"({len(plan.clusters)} clusters); ran in {report.wall:.2f} s on {report.backend}; "
-              f"scratch: {report.scratch_shm} in memory, {report.scratch_disk} on disk",
+              f"scratch: {report.scratch_shm} in memory, {report.scratch_disk} on disk"
+              f"{'' if report.shm_scope == 'shared' else ' (memory per node: inside clusters)'}",
               file=sys.stderr)
+        if report.preferred:
+            kept = sum(report.agent_of.get(c) == a for c, a in report.preferred.items())
+            print(f"shoal script: locality: {kept} of {len(report.preferred)} clusters with "
+                  "inputs from other clusters ran on the agent that wrote them", file=sys.stderr)
     return report.exit_code

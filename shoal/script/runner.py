@@ -14,15 +14,24 @@ every cluster using it has finished. Ctrl-C stops everything and removes all scr
 Two back ends with the same semantics: the shoal runtime (``Executor``; clusters are submitted
 with ``after=`` dependencies, so the head releases them without asking the client) and a local
 thread pool (``--local-threads``), useful without a runtime.
+
+Locality: with several agents, a cluster that reads files written by other clusters is
+submitted once the cluster that wrote most of its input bytes has finished, with
+``prefer=`` that cluster's agent (``future.agent``): it runs there when that agent has room.
+When the agents are not all on this host, ``/dev/shm`` is not one directory any more: then
+only intermediates that stay inside one cluster go to memory (in a directory the chain makes
+and removes on its node); files passed between clusters go to disk scratch.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import queue
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -30,7 +39,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
 
 from .cluster import Cluster
 from .compiler import Plan
@@ -50,6 +59,11 @@ class RunOptions:
     keep_run_dir: bool = False
     stdout: IO[str] | None = None
     stderr: IO[str] | None = None
+    connect: str | None = None          # connection file of a running head (else a local one)
+    # memory scratch seen by: "shared" (one /dev/shm for the client and every agent),
+    # "cluster" (per node: only intermediates inside one cluster), "auto" (from agents' hosts)
+    shm_scope: str = "auto"
+    locality: bool = True               # prefer the agent that wrote a cluster's inputs
 
 
 @dataclass
@@ -65,12 +79,18 @@ class RunReport:
     scratch_disk: int = 0
     interrupted: bool = False
     backend: str = ""
+    shm_scope: str = "shared"
+    agent_of: dict[int, str | None] = field(default_factory=dict)  # cluster -> agent it ran on
+    preferred: dict[int, str] = field(default_factory=dict)   # cluster -> agent it preferred
 
 
 class _Layout:
     """Where a run keeps its files: status/out/err per step, chain scripts, scratch."""
 
-    def __init__(self, plan: Plan, workdir: str, opts: RunOptions) -> None:
+    def __init__(self, plan: Plan, workdir: str, opts: RunOptions,
+                 node_local: dict[int, int] | None = None) -> None:
+        """``node_local``: memory scratch is per node; only the groups it lists (scratch group
+        -> the one cluster using it) may go there, into a directory of that cluster."""
         self.run_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         base = opts.scratch_dir or workdir
         self.root = os.path.join(base, f".shoal-scratch-{self.run_id}")
@@ -89,7 +109,10 @@ class _Layout:
                 budget = 0
             if budget > 0:
                 self.shm = os.path.join(opts.shm_dir, f"shoal-script-{self.run_id}")
-                os.makedirs(self.shm, exist_ok=True)
+                if node_local is None:
+                    os.makedirs(self.shm, exist_ok=True)
+        self.node_local = node_local
+        self.cluster_shm: dict[int, str] = {}  # cluster -> its own memory directory
         # greedy placement in script order: live intermediates in memory while they fit
         live: list[tuple[int, int]] = []  # (last user, size) of those in memory
         used = 0
@@ -104,8 +127,15 @@ class _Layout:
                 else:
                     still.append((end, size))
             live = still
-            if self.shm and used + g.est_size <= budget:
-                self.place[g.id] = self.shm
+            if self.shm and node_local is not None and g.id not in node_local:
+                self.place[g.id] = self.disk  # crosses clusters, maybe nodes: disk
+                self.disk_count += 1
+            elif self.shm and used + g.est_size <= budget:
+                if node_local is None:
+                    self.place[g.id] = self.shm
+                else:
+                    cid = node_local[g.id]
+                    self.place[g.id] = self.cluster_shm.setdefault(cid, f"{self.shm}-c{cid}")
                 live.append((last, g.est_size))
                 used += g.est_size
                 self.shm_count += 1
@@ -119,6 +149,8 @@ class _Layout:
     def remove(self, keep_run_dir: bool = False) -> None:
         if self.shm:
             shutil.rmtree(self.shm, ignore_errors=True)
+        for d in self.cluster_shm.values():  # those of chains that ran (or were killed) here
+            shutil.rmtree(d, ignore_errors=True)
         if keep_run_dir:
             shutil.rmtree(self.disk, ignore_errors=True)
         else:
@@ -135,6 +167,12 @@ def _chain_script(plan: Plan, cluster: Cluster, lay: _Layout, local_delete: dict
            # mkdir is atomic: a chain dispatched twice (e.g. a retry after a lost agent) runs once
            f'mkdir "$R/started/{cluster.id}" 2>/dev/null || exit 0',
            '_ok() { [ "$(cat "$R/st/$1" 2>/dev/null)" = 0 ]; }']
+    mine = lay.cluster_shm.get(cluster.id)
+    if mine is not None:
+        # node-local memory scratch: this chain's own directory on the node it runs on,
+        # removed when the chain ends (also when it is stopped)
+        out += [f"M={shlex.quote(mine)}", 'mkdir -p "$M" || exit 1',
+                "trap 'rm -rf \"$M\"' EXIT", "trap 'exit 143' HUP INT TERM"]
     for v in cluster.steps:
         s = dag.steps[v]
         conds = []
@@ -203,21 +241,56 @@ def run_plan(plan: Plan, workdir: str, opts: RunOptions | None = None) -> RunRep
     """Run ``plan`` (compiled in ``workdir``) and report; raises nothing for failed commands."""
     opts = opts or RunOptions()
     t0 = time.perf_counter()
+    backend = opts.backend
+    if backend == "auto":
+        try:
+            import shoal  # noqa: F401
+            from shoal import Executor  # noqa: F401
+            backend = "shoal"
+        except ImportError:
+            backend = "threads"
+    ex = None
+    if backend == "shoal":
+        from shoal import Executor
+
+        ex = Executor(workers=opts.workers, connect=opts.connect)
+    try:
+        return _run_plan(plan, workdir, opts, t0, backend, ex)
+    finally:
+        if ex is not None:
+            ex.shutdown(wait=False, cancel_futures=True)  # no-op after a normal end
+
+
+def _run_plan(plan: Plan, workdir: str, opts: RunOptions, t0: float, backend: str,
+              ex: Any) -> RunReport:
     dag = plan.dag
-    lay = _Layout(plan, os.path.abspath(workdir), opts)
-    report = RunReport(scratch_shm=lay.shm_count, scratch_disk=lay.disk_count)
+    agents: list[Any] = []
+    scope = opts.shm_scope
+    if ex is not None:
+        agents = ex.agents()
+        if scope == "auto":
+            here = socket.gethostname()
+            shared = all(a.host == here for a in agents) and (opts.connect is None or agents)
+            scope = "shared" if shared else "cluster"
+    if scope not in ("shared", "cluster"):
+        scope = "shared"
     cluster_of = {v: c.id for c in plan.clusters for v in c.steps}
     # scratch files used by one cluster only are deleted by that chain after their last user
     local_delete: dict[int, list[int]] = {}
     client_delete: dict[int, set[int]] = {}  # group -> clusters that must finish first
+    single: dict[int, int] = {}  # group -> the only cluster using it
     for gid, users in dag.scratch_users.items():
         cl = {cluster_of[u] for u in users}
         if len(cl) == 1:
             order = plan.clusters[next(iter(cl))].steps
             last = max(users, key=order.index)
             local_delete.setdefault(last, []).append(gid)
+            single[gid] = next(iter(cl))
         else:
             client_delete[gid] = cl
+    lay = _Layout(plan, os.path.abspath(workdir), opts,
+                  node_local=single if scope == "cluster" else None)
+    report = RunReport(scratch_shm=lay.shm_count, scratch_disk=lay.disk_count, shm_scope=scope)
     scripts = []
     for c in plan.clusters:
         path = os.path.join(lay.root, "chains", f"c{c.id}.sh")
@@ -238,18 +311,12 @@ def run_plan(plan: Plan, workdir: str, opts: RunOptions | None = None) -> RunRep
                 except OSError:
                     pass
 
-    backend = opts.backend
-    if backend == "auto":
-        try:
-            import shoal  # noqa: F401
-            from shoal import Executor  # noqa: F401
-            backend = "shoal"
-        except ImportError:
-            backend = "threads"
     report.backend = backend
     try:
-        if backend == "shoal":
-            _run_shoal(plan, scripts, workdir, opts, cluster_done, lay.root)
+        if ex is not None:
+            prefer = _main_producers(plan, cluster_of) if opts.locality and len(agents) > 1 \
+                else {}
+            _run_shoal(ex, plan, scripts, workdir, prefer, cluster_done, report)
         else:
             _run_threads(plan, scripts, workdir, opts, cluster_done)
     except KeyboardInterrupt:
@@ -279,29 +346,99 @@ def run_plan(plan: Plan, workdir: str, opts: RunOptions | None = None) -> RunRep
     return report
 
 
-def _run_shoal(plan: Plan, scripts: list[str], workdir: str, opts: RunOptions,
-               cluster_done: Callable[[int], None], root: str) -> None:
-    from shoal import Command, Executor
+def _main_producers(plan: Plan, cluster_of: dict[int, int]) -> dict[int, int]:
+    """For each cluster that reads files written by other clusters: the cluster that wrote
+    most of those bytes (estimated sizes; on a tie, the writer of the input read first)."""
+    dag = plan.dag
+    pos = {v: k for c in plan.clusters for k, v in enumerate(c.steps)}
+    weight: dict[int, dict[int, list[int]]] = {}  # reader cluster -> writer -> [bytes, -first]
+    for ver in dag.versions:
+        if ver.writer is None:
+            continue
+        cw = cluster_of[ver.writer]
+        size = dag.groups[ver.group].est_size
+        for r in ver.readers:
+            cr = cluster_of[r]
+            if cr == cw:
+                continue
+            w = weight.setdefault(cr, {}).get(cw)
+            if w is None:
+                weight[cr][cw] = [size, -pos[r]]
+            else:
+                w[0] += size
+                w[1] = max(w[1], -pos[r])
+    return {cr: max(ws, key=lambda cw: (ws[cw][0], ws[cw][1], -cw)) for cr, ws in weight.items()}
 
-    ex = Executor(workers=opts.workers)
-    fut_of: dict[int, cf.Future] = {}
-    cid_of: dict[cf.Future, int] = {}
-    # Everything is submitted at once; the head releases each cluster when the clusters it
-    # depends on have finished (`after`).
-    try:
-        for c in plan.clusters:  # clusters are created in topological order
-            cmd = Command(["/bin/sh", scripts[c.id]], cwd=workdir, stdout="devnull",
+
+def _run_shoal(ex: Any, plan: Plan, scripts: list[str], workdir: str, prefer: dict[int, int],
+               cluster_done: Callable[[int], None], report: RunReport) -> None:
+    """Run the chains as command tasks on ``ex``.
+
+    A cluster without an entry in ``prefer`` is submitted at once (with ``after=`` the clusters
+    it waits for, so the head releases it). One with an entry waits until that producer
+    cluster has finished and then goes to the producer's agent (``options(prefer=)``).
+    """
+    from shoal import Command
+
+    n = len(plan.clusters)
+    fut_of: dict[int, cf.Future] = {}  # type: ignore[type-arg]
+    done_q: queue.SimpleQueue[int] = queue.SimpleQueue()
+    dependents: list[list[int]] = [[] for _ in range(n)]
+    for c in plan.clusters:
+        for d in c.deps:
+            dependents[d].append(c.id)
+    waiting_for: dict[int, list[int]] = {}  # producer -> clusters submitted when it is done
+    for cid, p in prefer.items():
+        waiting_for.setdefault(p, []).append(cid)
+    unsubmitted = [len(c.deps) for c in plan.clusters]  # deps without a future yet
+    producer_done = [cid not in prefer for cid in range(n)]
+
+    def submit(first: int) -> None:
+        stack = [first]
+        while stack:
+            cid = stack.pop()
+            c = plan.clusters[cid]
+            cmd = Command(["/bin/sh", scripts[cid]], cwd=workdir, stdout="devnull",
                           stderr="capture")
             after = [fut_of[d] for d in sorted(c.deps)]
-            fut = ex.options(after=after).submit(cmd) if after else ex.submit(cmd)
-            fut_of[c.id] = fut
-            cid_of[fut] = c.id
-        for fut in cf.as_completed(list(cid_of)):
-            cluster_done(cid_of[fut])
+            where = None
+            if cid in prefer:
+                where = fut_of[prefer[cid]].agent  # type: ignore[attr-defined]
+                if where is not None:
+                    report.preferred[cid] = where
+            if after or where is not None:
+                fut = ex.options(after=after, prefer=where).submit(cmd)
+            else:
+                fut = ex.submit(cmd)
+            fut_of[cid] = fut
+            fut.add_done_callback(lambda _f, cid=cid: done_q.put(cid))
+            for e in reversed(dependents[cid]):
+                unsubmitted[e] -= 1
+                if unsubmitted[e] == 0 and producer_done[e]:
+                    stack.append(e)
+
+    try:
+        for c in plan.clusters:  # clusters are created in topological order
+            if unsubmitted[c.id] == 0 and producer_done[c.id] and c.id not in fut_of:
+                submit(c.id)
+        finished = 0
+        while finished < n:
+            try:
+                cid = done_q.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            finished += 1
+            fut = fut_of[cid]
+            report.agent_of[cid] = fut.agent  # type: ignore[attr-defined]
+            cluster_done(cid)
             if not fut.cancelled() and fut.exception() is None:
                 err = fut.result().stderr  # the chain's own errors (its commands' go to files)
                 if err:
                     sys.stderr.write(err.decode(errors="replace"))
+            for e in waiting_for.pop(cid, ()):
+                producer_done[e] = True
+                if unsubmitted[e] == 0:
+                    submit(e)
     except KeyboardInterrupt:
         ex.shutdown(wait=False, cancel_futures=True)
         raise
