@@ -237,3 +237,37 @@ echo never
                            "echo 'line m2 extra'", "echo 'hi set'", "echo 11", "echo 'in /'",
                            f"echo 'back {d.name}'"]
     assert plan.exit_status == 3
+
+
+def test_assignments_do_not_split_and_paths_from_root_are_normal(d: Path) -> None:
+    # an assignment keeps the white space of an unquoted $v (no word splitting there); a
+    # command run in / names its files like any other (was '//a.nc')
+    src = f'v=" a  b "; x=$v; echo "[$x]"\ncd /\nncwa {str(d)[1:]}/a.nc {str(d)[1:]}/x.nc\n' \
+          f"cd {d}\nncks x.nc y.nc\n"
+    plan = comp(d, src)
+    assert argvs(plan)[0] == "echo '[ a  b ]'"
+    assert plan.dag.preds[2] == {1}
+
+
+def test_loops_compile_to_the_same_dag_as_the_written_out_script(d: Path) -> None:
+    # the compile benchmark's two forms, small: loop bodies are compiled once and replayed,
+    # which must give exactly what the written-out script gives
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "script"))
+    import bench_compile as bc
+
+    saved = bc.FLOWS, bc.DAYS, bc.CHAIN
+    bc.FLOWS, bc.DAYS, bc.CHAIN = 3, 25, 4
+    try:
+        for f in range(bc.FLOWS):
+            (d / f"in_f{f}.nc").write_text("x")
+        flat, loops = comp(d, bc.unrolled()), comp(d, bc.looped())
+    finally:
+        bc.FLOWS, bc.DAYS, bc.CHAIN = saved
+    assert len(flat.steps) == 3 * 25 * 2 + 3 * 5 + 1
+    assert argvs(flat) == argvs(loops)
+    assert flat.dag.preds == loops.dag.preds
+    assert [c.steps for c in flat.clusters] == [c.steps for c in loops.clusters]
+    assert [g.path for g in flat.dag.scratch_groups()] == \
+        [g.path for g in loops.dag.scratch_groups()]
