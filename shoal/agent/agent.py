@@ -355,7 +355,12 @@ class Agent:
     @staticmethod
     def _wants(w: WorkerHandle) -> bool:
         unfinished = len(w.tasks) - len(w.blocked)
-        return unfinished < w.credit or (w.queued_s < QUEUE_TARGET_S and unfinished < QUEUE_MAX)
+        # One task at a time, unless the worker's queue holds less than QUEUE_TARGET_S of
+        # known-short work: a task queued behind a long one in a worker could not move to a
+        # worker that falls idle, so the prefetch of long or unknown tasks stays here.
+        if not w.credit:
+            return False  # not ready for tasks yet
+        return unfinished < 1 or (w.queued_s < QUEUE_TARGET_S and unfinished < QUEUE_MAX)
 
     def _give(self, w: WorkerHandle, spec: list[Any]) -> None:
         e = self.mean.get(spec[2] if spec[1] == P.PY else -spec[2], QUEUE_TARGET_S)
