@@ -186,6 +186,19 @@ def test_kept_sub_tasks_keep_remote_semantics(ex):
     assert ex.submit(inc, 1).result(timeout=60) == 2
 
 
+def test_a_task_does_not_wait_behind_a_long_one_while_a_worker_is_free():
+    with Executor(workers=2) as ex2:
+        ex2.submit(slow, 0, 0.01).result(30)  # both warm
+        long = ex2.submit(slow, 1, 4.0)
+        medium = ex2.submit(slow, 2, 0.3)
+        time.sleep(0.1)  # both workers busy now
+        t = time.monotonic()
+        quick = ex2.submit(slow, 3, 0.0)
+        assert quick.result(30) == 3
+        assert time.monotonic() - t < 2.5, "queued behind the long task"
+        assert medium.result(30) == 2 and long.result(30) == 1
+
+
 def test_command_results(ex, tmp_path):
     r = ex.submit(Command(["sh", "-c", "echo out; echo err >&2; exit 3"])).result(timeout=30)
     assert (r.returncode, r.stdout, r.stderr) == (3, b"out\n", b"err\n")
