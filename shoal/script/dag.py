@@ -185,28 +185,47 @@ def build_dag(steps: list[Step], workdir: str) -> Dag:
         if v.writer is None or v.pinned or v.final:
             groups[v.group].real = True
 
-    # read-after-write
+    # one pass over the versions: read-after-write edges, versions by physical file, and
+    # estimated sizes of scratch files (for /dev/shm placement)
+    by_physical: dict[str | int, list[Version]] = {}
+    size_of = [0] * len(versions)
     for v in versions:
         w = v.writer
+        deleter = v.deleter
         if w is not None:
             for r in v.readers:
                 if r != w:
                     preds[r].add(w)
-            if v.deleter is not None and v.deleter != w:
-                preds[v.deleter].add(w)
-        if v.deleter is not None:
+            if deleter is not None and deleter != w:
+                preds[deleter].add(w)
+        if deleter is not None:
             for r in v.readers:  # remove only after every reader is done
-                if r != v.deleter:
-                    preds[v.deleter].add(r)
-    # write-after-read / write-after-write between versions sharing one physical file
-    by_physical: dict[str | int, list[Version]] = {}
-    for v in versions:
-        key = v.path if groups[v.group].real else v.group
+                if r != deleter:
+                    preds[deleter].add(r)
+        g = groups[v.group]
+        key = v.path if g.real else v.group
         chain = by_physical.get(key)
         if chain is None:
             by_physical[key] = [v]
         else:
             chain.append(v)
+        if w is None:
+            try:
+                size = os.path.getsize(v.path)
+            except OSError:
+                size = 0
+        else:
+            # reductions and differences are no larger than their largest input; programs
+            # that concatenate their inputs produce about their sum (inputs come first)
+            ins = [size_of[rv.id] for _k, rv in step_reads[w]]
+            if CONCATENATING.isdisjoint(steps[w].programs):
+                size = max(max(ins, default=0), 4096)
+            else:
+                size = max(sum(ins), 4096)
+        size_of[v.id] = size
+        if size > g.est_size:
+            g.est_size = size
+    # write-after-read / write-after-write between versions sharing one physical file
     for chain in by_physical.values():
         if len(chain) < 2:
             continue
@@ -219,47 +238,36 @@ def build_dag(steps: list[Step], workdir: str) -> Dag:
             if a.deleter is not None and a.deleter != b.writer and b.writer is not None:
                 preds[b.writer].add(a.deleter)
 
-    # sizes of scratch files, estimated from their writers' inputs (for /dev/shm placement)
-    size_of: dict[int, int] = {}
-    for v in versions:
-        if v.writer is None:
-            try:
-                size_of[v.id] = os.path.getsize(v.path)
-            except OSError:
-                size_of[v.id] = 0
-        else:
-            # reductions and differences are no larger than their largest input; programs
-            # that concatenate their inputs produce about their sum
-            ins = [size_of.get(rv.id, 0) for _k, rv in step_reads[v.writer]]
-            joined = not CONCATENATING.isdisjoint(steps[v.writer].programs)
-            size_of[v.id] = max(sum(ins) if joined else max(ins, default=0), 4096)
-        g = groups[v.group]
-        g.est_size = max(g.est_size, size_of[v.id])
-
     # substitutions and scratch users
     subst: list[dict[tuple[int, str, int], int]] = [{} for _ in range(n)]
     noop: set[int] = set()
     scratch_users: dict[int, set[int]] = {}
     for s in steps:
-        pairs = step_reads[s.id] + step_writes[s.id]
-        for k, v in pairs:
-            g = groups[v.group]
-            if g.real:
-                continue
-            scratch_users.setdefault(g.id, set()).add(s.id)
-            loc = s.uses[k].loc
-            if loc is not None:
-                subst[s.id][loc] = g.id
-        dels = step_dels[s.id]
-        if dels and s.programs == ["rm"] and not pairs:
+        sid = s.id
+        reads, writes = step_reads[sid], step_writes[sid]
+        for pairs in (reads, writes):
+            for k, v in pairs:
+                g = groups[v.group]
+                if g.real:
+                    continue
+                users = scratch_users.get(g.id)
+                if users is None:
+                    scratch_users[g.id] = {sid}
+                else:
+                    users.add(sid)
+                loc = s.uses[k].loc
+                if loc is not None:
+                    subst[sid][loc] = g.id
+        dels = step_dels[sid]
+        if dels and not reads and not writes and s.programs == ["rm"]:
             # rm of intermediates: scratch cleanup removes them, the words are dropped
             scratch = [(k, v) for k, v in dels if not groups[v.group].real]
             for k, _v in scratch:
                 loc = s.uses[k].loc
                 if loc is not None:
-                    subst[s.id][loc] = -1
+                    subst[sid][loc] = -1
             if len(scratch) == len(dels):
-                noop.add(s.id)
+                noop.add(sid)
     for g in groups:
         if not g.real:
             for vid in g.versions:
