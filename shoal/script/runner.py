@@ -327,6 +327,10 @@ def _run_plan(plan: Plan, workdir: str, opts: RunOptions, t0: float, backend: st
         if not report.interrupted:
             printer.finished(list(range(len(dag.steps))))
         lay.remove(keep_run_dir=opts.keep_run_dir and not report.interrupted)
+        if report.interrupted and lay.cluster_shm and opts.connect and ex is not None:
+            # chains stopped with SIGKILL on other nodes could not remove their memory
+            # directories: remove them there with one pinned command per agent
+            _sweep_agents(opts.connect, f"{lay.shm}-c")
     for v, st in report.status.items():
         if st == SKIPPED:
             report.skipped.append(v)
@@ -344,6 +348,21 @@ def _run_plan(plan: Plan, workdir: str, opts: RunOptions, t0: float, backend: st
         report.exit_code = plan.exit_status or 0
     report.wall = time.perf_counter() - t0
     return report
+
+
+def _sweep_agents(connect: str, prefix: str, timeout: float = 10.0) -> None:
+    """Run ``rm -rf PREFIX*`` on every agent of the head at ``connect`` (best effort)."""
+    from shoal import Command, Executor
+
+    try:
+        with Executor(connect=connect) as ex:
+            cmd = Command(f"rm -rf {shlex.quote(prefix)}*", stdout="devnull", stderr="devnull")
+            futs = [ex.options(agent=a.name).submit(cmd) for a in ex.agents()]
+            cf.wait(futs, timeout=timeout)
+            ex.shutdown(wait=False, cancel_futures=True)
+    except Exception as exc:  # the head may be gone: nothing more to do
+        print(f"shoal script: could not remove memory scratch on the agents' nodes: {exc}",
+              file=sys.stderr)
 
 
 def _main_producers(plan: Plan, cluster_of: dict[int, int]) -> dict[int, int]:

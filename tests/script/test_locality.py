@@ -138,3 +138,34 @@ def test_node_local_memory_scratch_keeps_shared_files_on_disk(tmp_path: Path,
     assert report.scratch_disk == 6 and report.scratch_shm == 1
     assert snapshot(ref) == snapshot(run)
     assert shm_leftovers() <= before
+
+
+def test_ctrl_c_removes_node_local_memory_scratch_on_the_agents(tmp_path: Path, agents: str,
+                                                                 monkeypatch) -> None:
+    # a chain killed on another node cannot remove its memory directory: the runner sends a
+    # clean-up command to every agent. Here the client's own clean-up of those directories
+    # is turned off, so what is left would be what a remote node keeps.
+    import _thread
+    import threading
+
+    from shoal.script import runner
+
+    monkeypatch.setattr(runner._Layout, "remove", lambda self, keep_run_dir=False:
+                        runner.shutil.rmtree(self.root, ignore_errors=True))
+    (tmp_path / "in.txt").write_text("x\n")
+    src = "cp in.txt t.txt && sleep 30 && sort t.txt > u.txt\nrm t.txt\n"
+    plan = compile_source(src.encode(), "job.sh", [], CompileOptions(cwd=str(tmp_path)))
+    before = shm_leftovers()
+    timer = threading.Timer(3.0, _thread.interrupt_main)
+    timer.start()
+    t0 = time.monotonic()
+    try:
+        with open(os.devnull, "w") as null:
+            report = run_plan(plan, str(tmp_path), RunOptions(
+                connect=agents, shm_scope="cluster", stdout=null, stderr=null))
+    finally:
+        timer.cancel()
+    assert report.interrupted and report.exit_code == 130
+    assert time.monotonic() - t0 < 20
+    assert report.scratch_shm == 1  # t.txt, inside the one chain
+    assert shm_leftovers() <= before
