@@ -1701,6 +1701,7 @@ class Interpreter:
         ifs = vars_.get("IFS")
         if ifs is not None and ifs != _DEFAULT_IFS and ifs != "":
             return _SLOW
+        splits = ifs != ""  # IFS unset or the default: white space splits
         parts: list[str] = []
         field = False
         for op, text, quoted in plan:
@@ -1716,7 +1717,7 @@ class Interpreter:
                 continue
             if not v:
                 continue
-            if ifs is None and (" " in v or "\t" in v or "\n" in v):
+            if splits and (" " in v or "\t" in v or "\n" in v):
                 return _SLOW  # word splitting
             if "*" in v or "?" in v or "[" in v:
                 return _SLOW  # globbing
