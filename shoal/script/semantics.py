@@ -126,7 +126,10 @@ class Semantics:
         def use(path: str, role: str, idx: int | None, prefix: str = "") -> None:
             if path in ("", "-") or path.startswith("/dev/"):
                 return
-            if path[0] != "~":
+            if path[0] not in "/~." and "/." not in path and "//" not in path and \
+                    path[-1] != "/" and cwd != "/":
+                full = cwd + "/" + path  # already normal: skip normpath (hot path)
+            elif path[0] != "~":
                 full = _join(cwd, path)
             else:
                 full = os.path.normpath(os.path.join(cwd, os.path.expanduser(path)))
