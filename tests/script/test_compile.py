@@ -198,12 +198,31 @@ def test_strict_rejects_outputs_outside_the_tree(d: Path, tmp_path_factory) -> N
 
 def test_unreadable_input(d: Path) -> None:
     import os
-    if os.geteuid() == 0:
-        pytest.skip("root reads everything")
+    import shutil
+    import subprocess
+    import sys
+
     (d / "secret.nc").write_text("x")
     (d / "secret.nc").chmod(0)
-    with pytest.raises(ScriptError, match="cannot read 'secret.nc'"):
-        comp(d, "ncks secret.nc o.nc\n")
+    if os.geteuid() != 0:
+        with pytest.raises(ScriptError, match="cannot read 'secret.nc'"):
+            comp(d, "ncks secret.nc o.nc\n")
+        return
+    # root reads everything: compile in a child without the capabilities that let it
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("root reads everything and setpriv (util-linux) is not installed")
+    code = ("import sys; from shoal.script.compiler import CompileOptions, compile_source\n"
+            "from shoal.script.errors import ScriptError\n"
+            "try:\n"
+            f"    compile_source(b'ncks secret.nc o.nc\\n', 't.sh', [], CompileOptions(cwd={str(d)!r}))\n"
+            "except ScriptError as e:\n    print(e); sys.exit(3)\n")
+    caps = "-dac_override,-dac_read_search"
+    r = subprocess.run([setpriv, f"--bounding-set={caps}", f"--inh-caps={caps}", "--",
+                        sys.executable, "-c", code], cwd=str(d), capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 3, r.stderr
+    assert "cannot read 'secret.nc'" in r.stdout
 
 
 def test_tree_sitter_quirks_are_repaired(d: Path) -> None:
