@@ -34,12 +34,13 @@ def wait_gone(pids: set[int], timeout: float = 10.0) -> set[int]:
     deadline = time.monotonic() + timeout
     left = set(pids)
     while left and time.monotonic() < deadline:
-        left = {p for p in left if _alive(p)}
+        left = {p for p in left if pid_alive(p)}
         time.sleep(0.05)
     return left
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie counts as gone)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().split(")")[-1].split()[0] != "Z"

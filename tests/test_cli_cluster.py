@@ -17,7 +17,7 @@ from shoal import Executor
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
 
-from .conftest import PY, ROOT, shoal_pids, wait_gone
+from .conftest import PY, ROOT, pid_alive, shoal_pids, wait_gone
 
 
 def run(args, **kw):
@@ -162,17 +162,10 @@ def test_killed_agent_takes_its_workers_along(head):
         a.kill()  # SIGKILL: no chance to stop its workers in order
         a.wait()
         deadline = time.monotonic() + 15
-        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+        while any(pid_alive(w) for w in workers) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not any(_alive(w) for w in workers)
+        assert not any(pid_alive(w) for w in workers)
 
-
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_unauthenticated_messages_are_dropped(head):

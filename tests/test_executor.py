@@ -12,6 +12,8 @@ import pytest
 import shoal
 from shoal import Command, CommandError, DependencyError, Executor, TaskError, TaskLost, futures
 
+from .conftest import pid_alive
+
 
 def inc(x):
     return x + 1
@@ -219,17 +221,10 @@ def test_command_output_whole_and_done_at_exit(ex, tmp_path):
     assert r.stdout == b"out\n" and time.monotonic() - t < 20
     bg = int((tmp_path / "bg.pid").read_text())
     deadline = time.monotonic() + 10
-    while _alive(bg) and time.monotonic() < deadline:
+    while pid_alive(bg) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(bg)
+    assert not pid_alive(bg)
 
-
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[1][0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_command_check_and_missing_program(ex):

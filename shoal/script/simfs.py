@@ -100,18 +100,24 @@ class SimFS:
         listing = self._listing(os.path.normpath(d))
         return [] if listing is None else list(listing)
 
-    def add_file(self, path: str, line: int = 0) -> None:
-        """Record that the script creates or rewrites the file ``path`` (at script line ``line``)."""
+    def _holder(self, path: str) -> tuple[str, str, dict[str, str] | None]:
+        """``path`` normalised, its name, and the listing of its parent (None if absent)."""
         path = _normal(path)
         parent, _, name = path.rpartition("/")
         parent = parent or "/"
         listing = self._dirs.get(parent)
         if listing is None:
             listing = self._listing(parent)
-            if listing is None:
-                self.mkdir(parent)
-                listing = self._listing(parent)
-                assert listing is not None
+        return path, name, listing
+
+    def add_file(self, path: str, line: int = 0) -> None:
+        """Record that the script creates or rewrites the file ``path`` (at script line ``line``)."""
+        path, name, listing = self._holder(path)
+        if listing is None:
+            parent = path.rpartition("/")[0] or "/"
+            self.mkdir(parent)
+            listing = self._listing(parent)
+            assert listing is not None
         listing[name] = FILE
         self.written[path] = line
 
@@ -131,12 +137,7 @@ class SimFS:
 
     def remove(self, path: str) -> list[str]:
         """Remove ``path`` (recursively for a directory); return the files removed."""
-        path = _normal(path)
-        parent, _, name = path.rpartition("/")
-        parent = parent or "/"
-        listing = self._dirs.get(parent)
-        if listing is None:
-            listing = self._listing(parent)
+        path, name, listing = self._holder(path)
         if listing is None or name not in listing:
             return []
         removed: list[str] = []
