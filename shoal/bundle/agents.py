@@ -112,7 +112,7 @@ def node_finish(dest: str, token: str) -> str:
     """Last fixes before the staging directory may go live; return its path."""
     d = Path(dest)
     stage = _stage(d, token)
-    finalize_stage(stage)
+    finalize_stage(stage, d)
     shutil.rmtree(_incoming(d, token), ignore_errors=True)
     return str(stage)
 

@@ -83,16 +83,59 @@ def new_stage(dest: Path, overlay: bool = True, name: str | None = None) -> Path
     return stage
 
 
-def finalize_stage(stage: Path) -> None:
-    """Last fixes before a staging directory goes live: a conda-pack'ed tier 1 has its
-    prefixes rewritten by its own ``conda-unpack`` for where it now lies."""
+# Runs in the staging directory's own interpreter: conda-pack's generated ``bin/conda-unpack``
+# (loaded as a module, so its ``__main__`` part does not run) rewrites each recorded file
+# with its own ``update_prefix``, but for DEST, the stable path, instead of the directory
+# the script lies in (a generation directory that the next overlay replaces). Rewritten
+# ``.py`` files are compiled again, so no stale cache of them remains. (Without conda's
+# package cache, conda-pack records every text file; most hold no prefix and are skipped.)
+_CONDA_UNPACK = r"""
+import os, py_compile, runpy, sys
+stage, prefix = sys.argv[1], sys.argv[2]
+bindir = os.path.join(stage, "bin")
+sys.path.insert(0, bindir)
+g = runpy.run_path(os.path.join(bindir, "conda-unpack"), run_name="conda_unpack")
+for path, placeholder, mode in g["_prefix_records"]:
+    full = os.path.join(stage, path)
+    with open(full, "rb") as f:
+        if placeholder.encode() not in f.read():
+            continue
+    g["update_prefix"](full, prefix, placeholder, mode=mode)
+    if path.endswith(".py") and path.startswith("lib/"):
+        try:
+            py_compile.compile(full, dfile=os.path.join(prefix, path), doraise=True)
+        except Exception:
+            pass
+"""
+
+
+def _conda_unpack_environ() -> dict[str, str]:
+    # the receiver may itself run rerouted (an agent started with --bundle, or under
+    # `shoal env`): another root's PYTHONHOME or libpython must not leak into this interpreter
+    drop = ("LD_LIBRARY_PATH", "LD_PRELOAD", "VIRTUAL_ENV", "CONDA_PREFIX")
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k not in drop}
+
+
+def finalize_stage(stage: Path, dest: Path | str | None = None) -> None:
+    """Last fixes before a staging directory goes live: a conda-pack'ed tier 1 has the
+    prefixes conda-pack recorded rewritten, with conda-unpack's own code, for ``dest``
+    (the path the root will be used by; the staging directory itself without it)."""
     marker = stage / ".shoal" / "conda-unpack-pending"
-    if marker.exists():
-        r = subprocess.run([str(stage / "bin" / "python"), str(stage / "bin" / "conda-unpack")],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            raise BundleError(f"{stage}: conda-unpack failed: {r.stderr.strip()[-500:]}")
-        marker.unlink()
+    if not marker.exists():
+        return
+    prefix = os.path.abspath(dest if dest is not None else stage)
+    python, script = stage / "bin" / "python", stage / "bin" / "conda-unpack"
+    if not (os.path.exists(python) and script.is_file()):
+        raise BundleError(f"{stage}: conda tier 1 without bin/python or bin/conda-unpack")
+    try:
+        r = subprocess.run([str(python), "-I", "-B", "-c", _CONDA_UNPACK, str(stage), prefix],
+                           capture_output=True, text=True, env=_conda_unpack_environ(), cwd=stage,
+                           timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BundleError(f"{stage}: conda-unpack failed: {exc}")
+    if r.returncode != 0:
+        raise BundleError(f"{stage}: conda-unpack failed: {r.stderr.strip()[-500:]}")
+    marker.unlink()
 
 
 def commit(dest: Path, stage: Path) -> None:
@@ -164,7 +207,7 @@ def staged_install(dest: Path | str, *, overlay: bool = True) -> Iterator[Path]:
     stage = new_stage(dest, overlay=overlay)
     try:
         yield stage
-        finalize_stage(stage)
+        finalize_stage(stage, dest)
         commit(dest, stage)
     except BaseException:
         discard(stage)

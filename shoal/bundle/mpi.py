@@ -152,7 +152,7 @@ def _deliver(comm, world, a: argparse.Namespace, dest: Path, host: str) -> int:
                     pass
         if stage is not None and err is None:
             try:
-                finalize_stage(stage)
+                finalize_stage(stage, dest)
             except BundleError as exc:
                 err = f"{host}: {exc}"
     finally:

@@ -17,6 +17,7 @@ bundle built from one prefix works wherever it is unpacked.
 from __future__ import annotations
 
 import ast
+import copy
 import fnmatch
 import hashlib
 import json
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -594,38 +596,73 @@ def build(
     return results
 
 
+# top-level names conda-pack leaves out of an environment (its own list), left out of the key too
+_CONDA_IGNORED = ("pkgs", "envs", "conda-bld", ".conda_lock", "users", "conda-recipes", ".index",
+                  ".unionfs", ".nonadmin", "python.app", "Launcher.app")
+
+
 def _build_conda(info: PyInfo, out: Path, level: int, threads: int, force: bool) -> BuildResult:
     """Tier 1 of a conda environment: the whole environment, packed by conda-pack (which
-    records prefixes to fix; ``conda-unpack`` runs on each node after unpacking)."""
+    records the files that embed the prefix; ``conda-unpack`` rewrites them on each node
+    after unpacking, see ``install.finalize_stage``)."""
     t0 = time.perf_counter()
     try:
         import conda_pack
     except ImportError:
-        raise BundleError(f"{info.base_prefix} is a conda environment: install conda-pack to bundle it")
+        raise BundleError(f"{info.base_prefix} is a conda environment: install conda-pack to bundle it "
+                          "(pip install conda-pack, or shoal's `conda` extra)")
     plan = Plan("python", meta={"python": info.version, "source": info.base_prefix, "conda": True})
-    _walk(plan, Path(info.base_prefix), "", lambda rel: rel.split(os.sep)[0] == "pkgs")
+    _walk(plan, Path(info.base_prefix), "", lambda rel: rel.split(os.sep)[0] in _CONDA_IGNORED)
+    plan.warnings = []  # the walk only makes the key; conda-pack decides what is packed
     path = _bundle_path(out, "python", plan.key())
-    if force or not (path.exists() and sidecar_path(path).exists()):
-        import tarfile
-
-        with tempfile.TemporaryDirectory(prefix="shoal-conda-") as d:
-            tar_path = Path(d, "env.tar")
-            conda_pack.pack(prefix=info.base_prefix, output=str(tar_path), format="tar",
-                            ignore_editable_packages=True, verbose=False, force=True)
-            w = BundleWriter(path, level=level, threads=threads)
+    if not force and path.exists() and sidecar_path(path).exists():
+        return BuildResult("python", path, False, time.perf_counter() - t0, path.stat().st_size, [])
+    with tempfile.TemporaryDirectory(prefix="shoal-conda-") as d:
+        tar_path = Path(d, "env.tar")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             try:
-                with tarfile.open(tar_path) as src:
-                    for ti in src:
-                        w._tar.addfile(w._norm(ti), src.extractfile(ti) if ti.isreg() else None)
-                meta = dict(plan.meta, tier="python", key=plan.key(), format=FORMAT, warnings=[])
-                _add_meta_dirs(w)
-                w.add_bytes(".shoal/bundles/python.json", json.dumps(meta, sort_keys=True).encode())
-                w.add_bytes(".shoal/conda-unpack-pending", b"")
-                w.close()
-            except BaseException:
-                w.abort()
-                raise
-        built = True
-    else:
-        built = False
-    return BuildResult("python", path, built, time.perf_counter() - t0, path.stat().st_size, plan.warnings)
+                conda_pack.pack(prefix=info.base_prefix, output=str(tar_path), format="tar",
+                                ignore_editable_packages=True, verbose=False, force=True)
+            except conda_pack.CondaPackException as exc:
+                raise BundleError(f"conda-pack failed on {info.base_prefix}: {str(exc).strip()}")
+        plan.warnings += [" ".join(str(w.message).split()) for w in caught]
+        _write_conda(tar_path, path, plan, level, threads)
+    return BuildResult("python", path, True, time.perf_counter() - t0, path.stat().st_size, plan.warnings)
+
+
+def _write_conda(tar_path: Path, path: Path, plan: Plan, level: int, threads: int) -> None:
+    """Copy conda-pack's tar into a bundle: members sorted, each directory as its own member
+    (so it is made owner-only at unpack, like every other tier's), hard links as files."""
+    import tarfile
+
+    w = BundleWriter(path, level=level, threads=threads)
+    try:
+        with tarfile.open(tar_path) as src:
+            members = {m.name.rstrip("/"): m for m in src.getmembers()}
+            dirs = {str(p) for name in members for p in Path(name).parents if str(p) != "."}
+            for name in sorted(dirs | set(members)):
+                ti = members.get(name)
+                if ti is None or ti.isdir():
+                    d = tarfile.TarInfo(name)
+                    d.type, d.mode = tarfile.DIRTYPE, ti.mode if ti is not None else 0o755
+                    d.mtime = ti.mtime if ti is not None else 0
+                    w._tar.addfile(w._norm(d))
+                elif ti.issym():
+                    w._tar.addfile(w._norm(ti))
+                elif ti.isreg() or ti.islnk():
+                    f = src.extractfile(ti)  # a hard link reads as its target
+                    if ti.islnk():
+                        size = src.getmember(ti.linkname).size
+                        ti = copy.copy(ti)
+                        ti.type, ti.linkname, ti.size = tarfile.REGTYPE, "", size
+                    w._tar.addfile(w._norm(ti), f)
+                # devices, fifos: nothing of that kind belongs in a Python environment
+        meta = dict(plan.meta, tier="python", key=plan.key(), format=FORMAT, warnings=plan.warnings)
+        _add_meta_dirs(w)
+        w.add_bytes(".shoal/bundles/python.json", json.dumps(meta, indent=1, sort_keys=True).encode())
+        w.add_bytes(".shoal/conda-unpack-pending", b"")
+        w.close()
+    except BaseException:
+        w.abort()
+        raise
