@@ -88,8 +88,10 @@ def head(tmp_path):
     agents: list[subprocess.Popen] = []
 
     def add_agent(slots: int) -> subprocess.Popen:
+        # its scratch under tmp_path: an agent a test kills cannot remove it itself
         a = subprocess.Popen([PY, "-m", "shoal", "agent", "--connect", str(connfile),
-                              "--slots", str(slots)], stderr=subprocess.PIPE, text=True)
+                              "--slots", str(slots)], stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "TMPDIR": str(tmp_path)})
         agents.append(a)
         return a
 
@@ -201,12 +203,14 @@ def test_caller_crash_leaves_no_processes():
     code = (
         "import os, time\nfrom shoal import Executor\nex = Executor(workers=2)\n"
         "fs = [ex.submit(time.sleep, 5) for _ in range(4)]\ntime.sleep(0.5)\n"
-        "print(os.getpid(), flush=True)\nos._exit(1)\n"
+        "print(ex._cluster.rundir, flush=True)\nos._exit(1)\n"
     )
     r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
     mine = shoal_pids() - before
     assert not wait_gone(mine, 10), "runtime processes outlived their caller"
+    rundir = r.stdout.strip()
+    assert rundir and not os.path.exists(rundir), "the run directory outlived its caller"
 
 
 def test_ctrl_c_stops_everything(tmp_path):

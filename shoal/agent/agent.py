@@ -140,7 +140,7 @@ class Agent:
         # now, so a worker's death is charged to the task that was running, exactly.
         self.running_slots = mmap.mmap(-1, 8 * self.slots)
         self.tmpdir = tempfile.mkdtemp(prefix="shoal-agent-")
-        self.capture_dir = _capture_dir(self.tmpdir)
+        self.capture_dir = ""  # made with the first command (see _capture_dir)
         self.worker_endpoint = f"ipc://{self.tmpdir}/workers"
         self.ctx: zmq.Context | None = None
         self.poller = zmq.Poller()
@@ -424,6 +424,8 @@ class Agent:
                 break
             self.cmd_queue.popleft()
             try:
+                if not self.capture_dir:
+                    self.capture_dir = _capture_dir(self.tmpdir)
                 run = launcher.spawn(spec[0], spec[3], cores, self.base_env, self.capture_dir)
             except launcher.LaunchError as exc:
                 self._result_to_head([spec[0], P.ERR, str(exc).encode(), None])
@@ -646,5 +648,5 @@ class Agent:
         except FileNotFoundError:
             pass
         shutil.rmtree(self.tmpdir, ignore_errors=True)  # the socket, any capture left over
-        if self.capture_dir != self.tmpdir:
+        if self.capture_dir and self.capture_dir != self.tmpdir:
             shutil.rmtree(self.capture_dir, ignore_errors=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import shutil
 import sys
 
 from shoal._sys import set_parent_death_signal, stop_on_signals
@@ -19,6 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefetch", type=int, default=1)
     ap.add_argument("--exit-when-idle", action="store_true")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--remove-dir", action="store_true",
+                    help="remove the connection file's directory at exit (the local default's "
+                         "run directory, so a caller that crashed leaves nothing behind)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="shoal head: %(message)s")
@@ -28,7 +33,11 @@ def main(argv: list[str] | None = None) -> int:
                 owner_pid=args.owner_pid, exit_when_idle=args.exit_when_idle)
 
     stop_on_signals(head)
-    head.serve()
+    try:
+        head.serve()
+    finally:
+        if args.remove_dir:
+            shutil.rmtree(os.path.dirname(os.path.abspath(args.connection)), ignore_errors=True)
     return 0
 
 

@@ -44,7 +44,7 @@ class LocalCluster:
         common = dict(start_new_session=True, close_fds=True, stdin=subprocess.DEVNULL)
         self.head = subprocess.Popen(
             [py, "-m", "shoal.head", "--connection", self.connfile, "--owner-pid", me,
-             "--prefetch", str(prefetch), "--exit-when-idle", "--quiet"],
+             "--prefetch", str(prefetch), "--exit-when-idle", "--quiet", "--remove-dir"],
             **common,
         )
         self.agent = subprocess.Popen(
