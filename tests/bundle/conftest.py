@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from shoal.bundle import build, unpack_bundles
+from tests.conftest import pid_alive
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -82,14 +83,6 @@ def runtime(tmp_path):
     yield make
     for rt in made:  # in case a test left its block abnormally
         rt.__exit__(None, None, None)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 class Runtime:
@@ -165,6 +158,6 @@ class Runtime:
         left = set(pids or ()) | {p.pid for p in [*self.agents, self.head] if p}
         deadline = time.monotonic() + timeout
         while left and time.monotonic() < deadline:
-            left = {p for p in left if _alive(p)}
+            left = {p for p in left if pid_alive(p)}
             time.sleep(0.05)
         return left
