@@ -142,9 +142,12 @@ def test_agents_listing_and_placement(head):
         # a soft preference runs where asked while that agent has room
         pref = ex.options(prefer=by_pid[a1.pid]).submit(agent_pid, 0)
         assert pref.result() == a1.pid and pref.agent == by_pid[a1.pid]
-        # any task reports where it ran
+        # any task reports where it ran, also to a done callback
+        seen = []
         f = ex.submit(agent_pid, 0)
+        f.add_done_callback(lambda fut: seen.append(fut.agent))
         assert by_pid[f.result()] == f.agent
+        assert seen == [f.agent]
         bad = ex.options(agent="no-such-agent").submit(agent_pid, 0)
         with pytest.raises(Exception, match="no agent named 'no-such-agent'"):
             bad.result(30)

@@ -176,7 +176,8 @@ class Executor(cf.Executor):
 
     def _agent_name(self, num: int) -> str | None:
         name = self._agent_names.get(num)
-        if name is None and not self._closed:
+        # (not from the I/O thread, e.g. in a done callback: it answers requests itself)
+        if name is None and not self._closed and threading.current_thread() is not self._thread:
             try:
                 self.agents()
             except ExecutorError:
