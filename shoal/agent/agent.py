@@ -72,19 +72,6 @@ class WorkerHandle:
         return len(self.tasks) > len(self.blocked)
 
 
-def _capture_dir(fallback: str) -> str:
-    """Where commands' captured output goes: memory (/dev/shm) when it is roomy, since
-    creating and removing two files per command on a journalled disk slows every
-    launch; the agent's temporary directory otherwise (a small container /dev/shm)."""
-    try:
-        st = os.statvfs("/dev/shm")
-        if st.f_bavail * st.f_frsize >= 1 << 30:
-            return tempfile.mkdtemp(prefix="shoal-out-", dir="/dev/shm")
-    except OSError:
-        pass
-    return fallback
-
-
 class Agent:
     def __init__(
         self,
@@ -140,7 +127,6 @@ class Agent:
         # now, so a worker's death is charged to the task that was running, exactly.
         self.running_slots = mmap.mmap(-1, 8 * self.slots)
         self.tmpdir = tempfile.mkdtemp(prefix="shoal-agent-")
-        self.capture_dir = ""  # made with the first command (see _capture_dir)
         self.worker_endpoint = f"ipc://{self.tmpdir}/workers"
         self.ctx: zmq.Context | None = None
         self.poller = zmq.Poller()
@@ -424,9 +410,7 @@ class Agent:
                 break
             self.cmd_queue.popleft()
             try:
-                if not self.capture_dir:
-                    self.capture_dir = _capture_dir(self.tmpdir)
-                run = launcher.spawn(spec[0], spec[3], cores, self.base_env, self.capture_dir)
+                run = launcher.spawn(spec[0], spec[3], cores, self.base_env)
             except launcher.LaunchError as exc:
                 self._result_to_head([spec[0], P.ERR, str(exc).encode(), None])
                 continue
@@ -647,6 +631,4 @@ class Agent:
             os.unlink(f"{self.tmpdir}/workers")
         except FileNotFoundError:
             pass
-        shutil.rmtree(self.tmpdir, ignore_errors=True)  # the socket, any capture left over
-        if self.capture_dir and self.capture_dir != self.tmpdir:
-            shutil.rmtree(self.capture_dir, ignore_errors=True)
+        shutil.rmtree(self.tmpdir, ignore_errors=True)  # the workers' socket
