@@ -162,6 +162,24 @@ class Runner:
         raise NotImplementedError
 
 
+class ExecutorRunner(Runner):
+    """A peer that is a ``concurrent.futures.Executor`` (``self.ex``): submit per task, map."""
+
+    def first(self):
+        return self.ex.submit(inc, 1).result()
+
+    def warmup(self, slots, dirpath):
+        fs = [self.ex.submit(warm, i, slots, dirpath) for i in range(slots)]
+        return [f.result() for f in fs]
+
+    def w1(self, n):
+        fs = [self.ex.submit(inc, i) for i in range(n)]
+        return [f.result() for f in fs]
+
+    def w1map(self, n):
+        return list(self.ex.map(inc, range(n)))
+
+
 def _warm_dir(workdir, tag):
     d = os.path.join(workdir, "warm-" + tag)
     os.makedirs(d, exist_ok=True)

@@ -5,7 +5,7 @@ W3: ``Executor(workers=0, slots=N)``: N command slots, no Python workers.
 W4: ``futures.submit`` inside tasks (a waiting parent yields its worker).
 """
 
-from common import Runner, drive, inc, warm
+from common import ExecutorRunner, drive
 
 import shoal
 from shoal import Command, Executor
@@ -21,7 +21,7 @@ def tree(d):
     return a.result() + b.result()
 
 
-class Shoal(Runner):
+class Shoal(ExecutorRunner):
     name = "shoal"
     version = "shoal " + getattr(shoal, "__version__", "?")
     supports = ("W5", "W1", "W1map", "W2", "W3", "W4")
@@ -37,23 +37,11 @@ class Shoal(Runner):
     def stop(self):
         self.ex.__exit__(None, None, None)
 
-    def first(self):
-        return self.ex.submit(inc, 1).result()
-
     def warmup(self, slots, dirpath):
         if self.kind == "cmd":  # no Python workers: one command per slot
             fs = [self.ex.submit(Command(["/bin/true"])) for _ in range(slots)]
             return [f.result().returncode == 0 for f in fs]
-        else:
-            fs = [self.ex.submit(warm, i, slots, dirpath) for i in range(slots)]
-        return [f.result() for f in fs]
-
-    def w1(self, n):
-        fs = [self.ex.submit(inc, i) for i in range(n)]
-        return [f.result() for f in fs]
-
-    def w1map(self, n):
-        return list(self.ex.map(inc, range(n)))
+        return super().warmup(slots, dirpath)
 
     def w2(self, n):
         fs = [self.ex.submit(Command(["/bin/true"])) for _ in range(n)]

@@ -3,10 +3,10 @@
 import sys
 from concurrent.futures import ProcessPoolExecutor
 
-from common import Runner, drive, inc, run_sleep, run_true, warm
+from common import ExecutorRunner, drive, run_sleep, run_true
 
 
-class PPE(Runner):
+class PPE(ExecutorRunner):
     name = "ProcessPoolExecutor"
     version = "python " + sys.version.split()[0]
     supports = ("W5", "W1", "W1map", "W2", "W3")
@@ -16,20 +16,6 @@ class PPE(Runner):
 
     def stop(self):
         self.ex.shutdown(wait=True, cancel_futures=True)
-
-    def first(self):
-        return self.ex.submit(inc, 1).result()
-
-    def warmup(self, slots, dirpath):
-        fs = [self.ex.submit(warm, i, slots, dirpath) for i in range(slots)]
-        return [f.result() for f in fs]
-
-    def w1(self, n):
-        fs = [self.ex.submit(inc, i) for i in range(n)]
-        return [f.result() for f in fs]
-
-    def w1map(self, n):
-        return list(self.ex.map(inc, range(n)))
 
     def w2(self, n):
         fs = [self.ex.submit(run_true) for _ in range(n)]
