@@ -402,11 +402,12 @@ class Agent:
                     if self._wants(w):
                         nxt.append(w)
                 cands = nxt
-        # Commands when cores are free, in order.
+        # Commands when cores are free, in order (free cores counted once per pass).
+        free = self._free_cores() if self.cmd_queue else 0
         while self.cmd_queue:
             spec = self.cmd_queue[0]
             cores = spec[5] or 1
-            if cores > self._free_cores():
+            if cores > free:
                 break
             self.cmd_queue.popleft()
             try:
@@ -414,6 +415,7 @@ class Agent:
             except launcher.LaunchError as exc:
                 self._result_to_head([spec[0], P.ERR, str(exc).encode(), None])
                 continue
+            free -= cores
             self.cmd_cores += cores
             self.commands[run.pidfd] = run
             self.cmd_epoll.register(run.pidfd, select.EPOLLIN)
