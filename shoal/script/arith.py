@@ -1,0 +1,298 @@
+"""Shell arithmetic: ``$(( ))``, ``(( ))``, ``let``, ``for (( ))``."""
+
+from __future__ import annotations
+
+import operator
+import re
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from .errors import Unsupported
+from .parser import Node, parse_fragment
+
+if TYPE_CHECKING:
+    from .interp import Interpreter
+from .nodes import _text
+
+
+class ArithMixin:
+    """Arithmetic evaluation, as the interpreter's mixin."""
+
+    # ------------------------------------------------------------------ arithmetic
+    def arith_text(self, text: str) -> int:
+        """Evaluate an arithmetic expression given as text (``let``, variable contents)."""
+        text = text.strip()
+        if text.isdecimal() or re.fullmatch(r"-?\d+", text):
+            return int(text)
+        if text == "":
+            return 0
+        prog = _arith_text_prog(text)
+        if prog is None:
+            raise self.error(f"bad arithmetic expression '{text}'")
+        return self._aeval(prog)
+
+    def arith(self, node: Node) -> int:
+        """Evaluate an arithmetic tree-sitter node (compiled once per node, see _arith_compile)."""
+        hit = self._arith_cache.get(node.id)
+        if hit is not None and hit[0] == node:
+            return self._aeval(hit[1])
+        prog = _arith_compile(node)
+        self._arith_cache[node.id] = (node, prog)
+        return self._aeval(prog)
+
+    def _arith_exprs(self, node: Node) -> list[Node]:
+        """The named children of ``$(( ))`` / ``(( ))``, cached."""
+        hit = self._aexprs_cache.get(node.id)
+        if hit is not None and hit[0] == node:
+            return hit[1]
+        exprs = [c for c in node.children if c.is_named]
+        self._aexprs_cache[node.id] = (node, exprs)
+        return exprs
+
+    def _aeval(self, prog: tuple) -> int:  # type: ignore[type-arg]
+        """Evaluate a compiled arithmetic expression (same order of effects as _arith_node)."""
+        op = prog[0]
+        if op == "n":
+            return prog[1]  # type: ignore[no-any-return]
+        if op == "var":
+            return self._var_int(prog[1])
+        if op == "bin":
+            return _binop(prog[1], self._aeval(prog[2]), self._aeval(prog[3]), self)
+        if op == "text":
+            return self.arith_text(self.expand_str(prog[1]))
+        if op == "aset":
+            name = prog[2]
+            r = self._aeval(prog[3])
+            v = r if prog[1] == "=" else _binop(prog[1][:-1], self._var_int(name), r, self)
+            self.set_var(name, str(v))
+            return v
+        if op == "pre":
+            v = self._var_int(prog[1]) + prog[2]
+            self.set_var(prog[1], str(v))
+            return v
+        if op == "post":
+            v = self._var_int(prog[1])
+            self.set_var(prog[1], str(v + prog[2]))
+            return v
+        if op == "un":
+            v = self._aeval(prog[2])
+            return {"-": -v, "+": v, "!": int(v == 0), "~": ~v}[prog[1]]
+        if op == "assign":
+            v = self._aeval(prog[2]) if prog[2] is not None else 0
+            self.set_var(prog[1], str(v))
+            return v
+        if op == "tern":
+            return self._aeval(prog[2]) if self._aeval(prog[1]) else self._aeval(prog[3])
+        if op == "and":
+            return int(bool(self._aeval(prog[1])) and bool(self._aeval(prog[2])))
+        if op == "or":
+            return int(bool(self._aeval(prog[1])) or bool(self._aeval(prog[2])))
+        if op == "badnum":
+            raise self.error(f"bad number '{prog[1]}' in arithmetic")
+        return self._arith_node(prog[1])
+
+    def _arith_node(self, node: Node) -> int:
+        """Evaluate an arithmetic node directly (what _arith_compile does not compile)."""
+        t = node.type
+        if t == "number":
+            return _int(_text(node), self)
+        if t in ("variable_name", "word"):
+            name = _text(node)
+            if re.fullmatch(r"-?\d\w*", name):
+                return _int(name, self)
+            return self._var_int(name)
+        if t == "parenthesized_expression":
+            return self.arith([c for c in node.children if c.is_named][0])
+        if t in ("simple_expansion", "expansion", "command_substitution", "string",
+                 "arithmetic_expansion", "concatenation", "raw_string"):
+            return self.arith_text(self.expand_str(node))
+        if t == "unary_expression" or t == "prefix_expression":
+            op = _text(node.children[0])
+            operand = node.children[1]
+            if op in ("++", "--"):
+                name = _text(operand)
+                v = self._var_int(name) + (1 if op == "++" else -1)
+                self.set_var(name, str(v))
+                return v
+            v = self.arith(operand)
+            return {"-": -v, "+": v, "!": int(v == 0), "~": ~v}[op]
+        if t == "postfix_expression":
+            name = _text(node.children[0])
+            op = _text(node.children[1])
+            v = self._var_int(name)
+            self.set_var(name, str(v + (1 if op == "++" else -1)))
+            return v
+        if t == "variable_assignment":
+            name_node = node.child_by_field_name("name")
+            value = node.child_by_field_name("value")
+            assert name_node is not None
+            v = self.arith(value) if value is not None else 0
+            self.set_var(_text(name_node), str(v))
+            return v
+        if t == "ternary_expression":
+            parts = [c for c in node.children if c.is_named]
+            return self.arith(parts[1]) if self.arith(parts[0]) else self.arith(parts[2])
+        if t == "binary_expression":
+            left = node.child_by_field_name("left")
+            right = node.child_by_field_name("right")
+            opn = node.child_by_field_name("operator")
+            assert left is not None and right is not None and opn is not None
+            op = _text(opn)
+            if op in ("=", "+=", "-=", "*=", "/=", "%=", "<<=", ">>=", "&=", "|=", "^="):
+                name = _text(left)
+                r = self.arith(right)
+                v = r if op == "=" else _binop(op[:-1], self._var_int(name), r, self)
+                self.set_var(name, str(v))
+                return v
+            if op == "&&":
+                return int(bool(self.arith(left)) and bool(self.arith(right)))
+            if op == "||":
+                return int(bool(self.arith(left)) or bool(self.arith(right)))
+            return _binop(op, self.arith(left), self.arith(right), self)
+        raise self.error(f"unsupported arithmetic '{_text(node)}'", Unsupported)
+
+    def _var_int(self, name: str) -> int:
+        value = self.vars.get(name) if name.isidentifier() else self._get(name)
+        if value is None:
+            return 0
+        if value.isdecimal():
+            return int(value)
+        if value.strip() == "":
+            return 0
+        if re.fullmatch(r"\s*-?\d+\s*", value):
+            return int(value)
+        return self.arith_text(value)
+
+
+
+@lru_cache(maxsize=4096)
+def _arith_tree(text: str) -> Node | None:
+    root = parse_fragment(f"(( {text} ))")
+    if root.has_error or not root.children:
+        return None
+    stmt = root.children[0]
+    exprs = [c for c in stmt.children if c.is_named]
+    return exprs[-1] if exprs else None
+
+
+_ASSIGN_OPS = frozenset({"=", "+=", "-=", "*=", "/=", "%=", "<<=", ">>=", "&=", "|=", "^="})
+_EXPANDING = frozenset({"simple_expansion", "expansion", "command_substitution", "string",
+                        "arithmetic_expansion", "concatenation", "raw_string"})
+
+
+def _arith_compile(node: Node) -> tuple:  # type: ignore[type-arg]
+    """An arithmetic node as nested tuples, evaluated by ``Interpreter._aeval``; what this does
+    not know becomes ``("node", node)``, evaluated by ``Interpreter._arith_node``."""
+    t = node.type
+    if t == "number":
+        return _num_prog(_text(node))
+    if t in ("variable_name", "word"):
+        name = _text(node)
+        if re.fullmatch(r"-?\d\w*", name):
+            return _num_prog(name)
+        return ("var", name)
+    if t == "binary_expression":
+        left = node.child_by_field_name("left")
+        right = node.child_by_field_name("right")
+        opn = node.child_by_field_name("operator")
+        if left is None or right is None or opn is None:
+            return ("node", node)
+        op = _text(opn)
+        if op in _ASSIGN_OPS:
+            return ("aset", op, _text(left), _arith_compile(right))
+        if op == "&&":
+            return ("and", _arith_compile(left), _arith_compile(right))
+        if op == "||":
+            return ("or", _arith_compile(left), _arith_compile(right))
+        return ("bin", op, _arith_compile(left), _arith_compile(right))
+    if t == "parenthesized_expression":
+        named = [c for c in node.children if c.is_named]
+        return _arith_compile(named[0]) if named else ("node", node)
+    if t in _EXPANDING:
+        return ("text", node)
+    if t == "unary_expression" or t == "prefix_expression":
+        kids = node.children
+        if len(kids) < 2:
+            return ("node", node)
+        op = _text(kids[0])
+        if op in ("++", "--"):
+            return ("pre", _text(kids[1]), 1 if op == "++" else -1)
+        if op in ("-", "+", "!", "~"):
+            return ("un", op, _arith_compile(kids[1]))
+        return ("node", node)
+    if t == "postfix_expression":
+        kids = node.children
+        if len(kids) < 2:
+            return ("node", node)
+        return ("post", _text(kids[0]), 1 if _text(kids[1]) == "++" else -1)
+    if t == "variable_assignment":
+        name_node = node.child_by_field_name("name")
+        value = node.child_by_field_name("value")
+        if name_node is None:
+            return ("node", node)
+        return ("assign", _text(name_node), None if value is None else _arith_compile(value))
+    if t == "ternary_expression":
+        parts = [c for c in node.children if c.is_named]
+        if len(parts) < 3:
+            return ("node", node)
+        return ("tern", *(_arith_compile(c) for c in parts[:3]))
+    return ("node", node)
+
+
+def _num_prog(text: str) -> tuple[str, int | str]:
+    try:
+        return ("n", _parse_int(text))
+    except ValueError:
+        return ("badnum", text)
+
+
+@lru_cache(maxsize=4096)
+def _arith_text_prog(text: str) -> tuple | None:  # type: ignore[type-arg]
+    root = _arith_tree(text)
+    return None if root is None else _arith_compile(root)
+
+
+
+
+def _parse_int(text: str) -> int:
+    if "#" in text:
+        base, digits = text.split("#", 1)
+        return int(digits, int(base))
+    if text.lower().startswith(("0x", "-0x")):
+        return int(text, 16)
+    if len(text.lstrip("-")) > 1 and text.lstrip("-").startswith("0"):
+        return int(text, 8)
+    return int(text)
+
+
+def _int(text: str, interp: Interpreter) -> int:
+    try:
+        return _parse_int(text)
+    except ValueError:
+        raise interp.error(f"bad number '{text}' in arithmetic")
+
+
+_BINOPS = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "**": operator.pow,
+    "<": lambda a, b: int(a < b), ">": lambda a, b: int(a > b), "<=": lambda a, b: int(a <= b),
+    ">=": lambda a, b: int(a >= b), "==": lambda a, b: int(a == b),
+    "!=": lambda a, b: int(a != b), "<<": operator.lshift, ">>": operator.rshift,
+    "&": operator.and_, "|": operator.or_, "^": operator.xor, ",": lambda a, b: b,
+}
+
+
+def _binop(op: str, a: int, b: int, interp: Interpreter) -> int:
+    fn = _BINOPS.get(op)
+    if fn is not None:
+        return fn(a, b)  # type: ignore[no-any-return]
+    if op in ("/", "%") and b == 0:
+        raise interp.error("division by zero in arithmetic")
+    if op == "/":
+        q = abs(a) // abs(b)
+        return q if (a >= 0) == (b >= 0) else -q
+    if op == "%":
+        r = abs(a) % abs(b)
+        return r if a >= 0 else -r
+    raise interp.error(f"unsupported arithmetic operator '{op}'", Unsupported)
+
+

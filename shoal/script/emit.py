@@ -1,0 +1,279 @@
+"""The command model: turning a command into a Step with its file uses (semantics.py rules)."""
+
+from __future__ import annotations
+
+import os
+
+from .errors import Unsupported
+from .expand import _dq_unescape
+from .model import DEL, IN, INOUT, OUT, FileUse, Redirect, Stage, Step
+from .nodes import ALWAYS_OK, _key, _lead, _named, _text
+from .parser import Node
+
+
+class EmitMixin:
+    """Emitting steps, as the interpreter's mixin."""
+
+    # ------------------------------------------------------------------ emitting steps
+    def _emit_list(self, items: list[tuple[str, Node]], negate_first: bool = False) -> int | None:
+        if self._capture:
+            raise self.error("command substitution runs a pipeline whose output is known only "
+                             "when the script runs", Unsupported)
+        stages: list[Stage] = []
+        groups: list[list[int]] = []
+        connectors: list[str] = []
+        negated: list[bool] = []
+        for k, (op, node) in enumerate(items):
+            neg = negate_first and k == 0
+            while node.type == "negated_command":
+                neg = not neg
+                node = _named(node)[0]
+            extra: list[Node] = list(self._extra.get(_key(node), ()))
+            if node.type == "redirected_statement":
+                extra = [c for i, c in enumerate(node.children)
+                         if node.field_name_for_child(i) == "redirect"] + extra
+                body = node.child_by_field_name("body")
+                node = body if body is not None else node
+            if node.type == "pipeline":
+                cmds = _named(node)
+            elif node.type in ("command", "redirected_statement"):
+                cmds = [node]
+            else:
+                raise self.error(f"'{node.type.replace('_', ' ')}' inside '&&'/'||' after a "
+                                 "command known only at run time is not supported", Unsupported)
+            group: list[int] = []
+            queue = list(cmds)
+            extra_tail = self._heredoc_tail(extra)
+            first = True
+            while queue:
+                cmd = queue.pop(0)
+                mine: list[Node] = []
+                if extra_tail and first:
+                    mine = extra  # the here-document belongs to the command before the tail
+                    queue.extend(extra_tail)
+                elif not extra_tail and not queue:
+                    mine = extra
+                first = False
+                if cmd.type == "redirected_statement":
+                    queue[:0] = self._heredoc_tail(list(cmd.children))
+                st = self._stage(cmd, mine)
+                group.append(len(stages))
+                stages.append(st)
+            groups.append(group)
+            negated.append(neg)
+            if k:
+                connectors.append(op)
+        return self._emit(stages, groups, connectors, negated)
+
+    def _heredoc_tail(self, redirects: list[Node]) -> list[Node]:
+        """Commands tree-sitter nests inside a here-document redirect: `cat <<EOF | tr ..`."""
+        tail: list[Node] = []
+        for r in redirects:
+            if r.type != "heredoc_redirect":
+                continue
+            for c in r.children:
+                if c.type == "pipeline":
+                    tail.extend(_named(c))
+                elif c.type in ("&&", "||", ";", "&"):
+                    raise self.error(f"'{c.type}' after a here-document on the same line is not "
+                                     "supported (put it on its own line)", Unsupported)
+        return tail
+
+    def _stage(self, cmd: Node, extra_redirects: list[Node], argv: list[str] | None = None
+               ) -> Stage:
+        redirect_nodes = list(extra_redirects)
+        if cmd.type == "redirected_statement":
+            redirect_nodes = [c for i, c in enumerate(cmd.children)
+                              if cmd.field_name_for_child(i) == "redirect"] + redirect_nodes
+            body = cmd.child_by_field_name("body")
+            cmd = body if body is not None else cmd
+        if cmd.type != "command":
+            raise self.error(f"'{cmd.type.replace('_', ' ')}' in a pipeline is not supported",
+                             Unsupported)
+        assigns: dict[str, str] = {}
+        _name, _args, assign_nodes, inner_redirects, progs = self._parts(cmd)
+        st = Stage([], [], assigns)
+        for c in assign_nodes:
+            self._stage_assign(c, st)
+        if argv is None:
+            argv = self._pre_argv.pop(_key(cmd), None)
+        if argv is None:
+            argv = self._expand_progs(progs)
+        redirect_nodes.extend(inner_redirects)  # redirects written inside the command node
+        if argv and argv[0] in self.functions:
+            raise self.error(f"function '{argv[0]}' used in a pipeline or with redirections",
+                             Unsupported)
+        st.argv = argv
+        for r in redirect_nodes:
+            self._redirect(r, st)
+        return st
+
+    def _stage_assign(self, c: Node, st: Stage) -> None:
+        """A ``VAR=value`` prefix of a command."""
+        n = c.child_by_field_name("name")
+        v = c.child_by_field_name("value")
+        assert n is not None
+        st.assigns[_text(n)] = self.expand_str(v) if v is not None else ""
+
+    def _redirect(self, r: Node, st: Stage) -> None:
+        if r.type == "heredoc_redirect":
+            body = next((c for c in r.children if c.type == "heredoc_body"), None)
+            start = next((c for c in r.children if c.type == "heredoc_start"), None)
+            quoted = start is not None and any(q in _text(start) for q in "'\"\\")
+            text = ""
+            if body is not None:
+                text = _text(body) if quoted else self._heredoc_text(body)
+            st.heredoc = text if text.endswith("\n") or not text else text + "\n"
+            for c in r.children:
+                if c.type == "file_redirect":
+                    self._redirect(c, st)
+            return
+        if r.type == "herestring_redirect":
+            st.heredoc = self.expand_str(_named(r)[-1]) + "\n"
+            return
+        fd = ""
+        op = ""
+        dest: Node | None = None
+        for i, c in enumerate(r.children):
+            f = r.field_name_for_child(i)
+            if c.type == "file_descriptor":
+                fd = _text(c)
+            elif f == "destination":
+                dest = c
+            elif not c.is_named:
+                op = _text(c)
+        if dest is None:
+            raise self.error("redirection without a target", Unsupported)
+        st.redirects.append(Redirect(fd, op, self.expand_str(dest)))
+
+    def _heredoc_text(self, body: Node) -> str:
+        out: list[str] = []
+        pos = body.start_byte
+        src = body.text or b""
+        base = body.start_byte
+        for c in body.children:
+            if c.type in ("simple_expansion", "expansion", "command_substitution",
+                          "arithmetic_expansion"):
+                out.append(src[pos - base:c.start_byte - base].decode(errors="surrogateescape"))
+                out.append(_lead(c))
+                out.append(self.expand_str(c))
+                pos = c.end_byte
+        out.append(src[pos - base:].decode(errors="surrogateescape"))
+        return _dq_unescape("".join(out))
+
+    def _emit(self, stages: list[Stage], groups: list[list[int]], connectors: list[str],
+              negated: list[bool]) -> int | None:
+        line = self.line
+        cwd = self.cwd
+        step = Step(len(self.steps), line, stages, groups, connectors, negated, cwd,
+                    self._env_diff())
+        for d in self._control:
+            step.after |= d
+        compound = len(groups) > 1
+        always_ok = not compound and not any(negated)
+        sem = self.sem
+        fs = self.fs
+        uses = step.uses
+        for si, st in enumerate(stages):
+            argv = st.argv
+            if not argv:
+                continue
+            prog = argv[0]
+            base = prog[prog.rfind("/") + 1:]  # os.path.basename
+            step.programs.append(base)
+            spec = sem.specs.get(base)
+            if spec is None or prog in self.functions:
+                step.barrier = True
+                self.result.unknown.setdefault(base, []).append(line)
+                if self.strict:
+                    raise self.error(f"unknown program '{prog}': its files are not known "
+                                     "(add it with --commands FILE)")
+                always_ok = False
+                continue
+            an = sem.analyze(spec, argv[1:], si, cwd, fs)
+            if an.barrier_reason:
+                step.barrier = True
+                self.result.unknown.setdefault(an.barrier_reason, []).append(line)
+                if self.strict:
+                    raise self.error(f"{an.barrier_reason}: its files are not known")
+            uses.extend(an.uses)
+            if an.mkdirs:
+                step.mkdirs.extend(an.mkdirs)
+            if always_ok and not (base in ALWAYS_OK or (base == "mkdir" and any(
+                    a.startswith("-") and "p" in a for a in argv[1:])) or (
+                    base == "rm" and any(a.startswith("-") and "f" in a for a in argv[1:]))):
+                always_ok = False
+        for si, st in enumerate(stages):
+            for ri, r in enumerate(st.redirects):
+                if r.op in (">&", "<&") and (r.target.isdigit() or r.target == "-"):
+                    continue
+                path = os.path.normpath(os.path.join(cwd, r.target))
+                if r.target.startswith("/dev/"):
+                    continue
+                loc = (si, "r", ri)
+                if r.op in ("<",):
+                    uses.append(FileUse(path, IN, loc))
+                elif r.op in (">>", "&>>", "<>"):
+                    uses.append(FileUse(path, INOUT if fs.exists(path) else OUT, loc))
+                else:
+                    uses.append(FileUse(path, OUT, loc))
+        if compound:
+            # `a || b`: either may not run, so a file it writes may keep its old content
+            for u in uses:
+                if u.role == OUT and fs.exists(u.path):
+                    u.role = INOUT
+        self._check_and_apply(step, compound)
+        self.steps.append(step)
+        return 0 if always_ok else None
+
+    def _env_diff(self) -> dict[str, str]:
+        # recomputed only when an exported variable may have changed (set_var/export/unset)
+        key = (id(self.vars), self._env_gen)
+        if self._env_key == key:
+            return self._env_cache
+        env: dict[str, str] = {}
+        for k in self.exported:
+            v = self.vars.get(k)
+            if v is not None and self.environ.get(k) != v and k not in ("PWD", "OLDPWD", "_"):
+                env[k] = v
+        self._env_key, self._env_cache = key, env
+        return env
+
+    def _shown(self, path: str) -> str:
+        return os.path.relpath(path, self.cwd) if path.startswith(self.workdir) else path
+
+    def _check_and_apply(self, step: Step, compound: bool) -> None:
+        fs = self.fs
+        written = fs.written
+        strict = self.strict
+        for u in step.uses:
+            role = u.role
+            if (role == IN or role == INOUT) and not compound:
+                path = u.path
+                kind = fs.kind(path)
+                if kind is None:
+                    shown = self._shown(path)
+                    raise self.error(f"{step.programs[0] if step.programs else 'command'} reads "
+                                     f"'{shown}', which does not exist at this point of the "
+                                     "script (no earlier command creates it)")
+                if kind == "f" and path not in written:
+                    ok = self._readable.get(path)
+                    if ok is None:
+                        ok = self._readable[path] = os.access(path, os.R_OK)
+                    if not ok:
+                        raise self.error(f"cannot read '{self._shown(path)}': permission denied")
+            if strict and role in (OUT, INOUT, DEL) and not (
+                    u.path == self.workdir or u.path.startswith(self.workdir + os.sep)):
+                raise self.error(f"writes '{u.path}', outside the working tree {self.workdir} "
+                                 "(--strict)")
+        for d in step.mkdirs:
+            if strict and not d.startswith(self.workdir):
+                raise self.error(f"creates '{d}', outside the working tree (--strict)")
+            fs.mkdir(d)
+        for u in step.uses:
+            role = u.role
+            if role == DEL:
+                fs.remove(u.path)
+            elif role == OUT or role == INOUT:
+                fs.add_file(u.path, step.line)
+
