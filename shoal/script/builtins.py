@@ -24,6 +24,12 @@ from .nodes import (
 )
 from .parser import Node, parse
 
+# `set -o NAME` options that have a letter, and those that have none. Only the ones whose meaning
+# the compiler models (or that do not change what runs) are accepted.
+SET_O_LETTERS = {"errexit": "e", "nounset": "u", "xtrace": "x", "verbose": "v", "noglob": "f",
+                 "noclobber": "C", "allexport": "a", "hashall": "h", "braceexpand": "B"}
+SET_O_ONLY = frozenset({"pipefail"})
+
 
 class BuiltinsMixin:
     """Static builtins, as the interpreter's mixin."""
@@ -80,18 +86,34 @@ class BuiltinsMixin:
                 return 0
             if a.startswith(("-", "+")) and len(a) > 1:
                 on = a[0] == "-"
-                if a[1:] == "o" and i + 1 < len(args):
-                    if args[i + 1] == "errexit":
-                        self.set_e = on
+                if a[1:] == "o":
+                    if i + 1 >= len(args):
+                        raise self.error("'set -o' without an option name (it prints the "
+                                         "options)", Unsupported)
+                    name = args[i + 1]
+                    if name not in SET_O_LETTERS and name not in SET_O_ONLY:
+                        raise self.error(f"set -o {name}: not supported", Unsupported)
+                    self._set_option(SET_O_LETTERS.get(name, name), on)
                     i += 2
                     continue
-                if "e" in a[1:]:
-                    self.set_e = on
+                for letter in a[1:]:
+                    name = next((k for k, v in SET_O_LETTERS.items() if v == letter), None)
+                    if name is None:
+                        raise self.error(f"set {a[0]}{letter}: not supported", Unsupported)
+                    self._set_option(letter, on)
                 i += 1
                 continue
             self.positional = args[i:]
             return 0
         return 0
+
+    def _set_option(self, opt: str, on: bool) -> None:
+        """Record a shell option (a `set` letter, or a long name without one: pipefail)."""
+        if on:
+            self.shell_options.add(opt)
+        else:
+            self.shell_options.discard(opt)
+        self.set_e = "e" in self.shell_options
 
     def _b_shift(self, args: list[str]) -> int:
         self._check_guard("shift")

@@ -69,6 +69,9 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         self.last_status: int | None = 0
         self.line = 0
         self.set_e = False
+        # shell options in force: `set` letters (e, u, x, f, C, ...) and 'pipefail'
+        self.shell_options: set[str] = {"h", "B"}
+        self.shopt: set[str] = set()  # `shopt -s` names in force (nullglob, ...)
         self._capture: list[list[str]] = []
         self._stdin: list[list[str]] = []
         self._control: list[set[int]] = []   # steps the next steps depend on (`a && b`)
