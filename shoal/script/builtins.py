@@ -9,7 +9,6 @@ from functools import lru_cache
 from typing import Any
 
 from .errors import ScriptError, Unsupported
-from .expand import _ansi_c
 from .model import IN
 from .nodes import (
     CAPTURE_HELPERS,
@@ -23,6 +22,7 @@ from .nodes import (
     _text,
 )
 from .parser import Node, parse
+from .words import ansi_c as _ansi_c
 
 # `set -o NAME` options that have a letter, and those that have none. Only the ones whose meaning
 # the compiler models (or that do not change what runs) are accepted.

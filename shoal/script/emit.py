@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 
 from .errors import Unsupported
-from .expand import _dq_unescape
 from .model import DEL, IN, INOUT, OUT, FileUse, Redirect, Stage, Step
-from .nodes import ALWAYS_OK, _key, _lead, _named, _text
+from .nodes import ALWAYS_OK, _key, _named, _text
 from .parser import Node
 
 
@@ -91,31 +90,33 @@ class EmitMixin:
             raise self.error(f"'{cmd.type.replace('_', ' ')}' in a pipeline is not supported",
                              Unsupported)
         assigns: dict[str, str] = {}
-        _name, _args, assign_nodes, inner_redirects, progs = self._parts(cmd)
+        _has_name, assign_parts, inner_redirects, words = self._parts(cmd)
         st = Stage([], [], assigns)
-        for c in assign_nodes:
-            self._stage_assign(c, st)
+        for a in assign_parts:
+            self._stage_assign(a, st)
         if argv is None:
             argv = self._pre_argv.pop(_key(cmd), None)
         if argv is None:
-            argv = self._expand_progs(progs)
-        redirect_nodes.extend(inner_redirects)  # redirects written inside the command node
+            argv = self.expand_texts(words)
+        glued_text = {r.id: g for r, g in inner_redirects}
+        redirect_nodes.extend(r for r, _g in inner_redirects)  # written inside the command
         if argv and argv[0] in self.functions:
             raise self.error(f"function '{argv[0]}' used in a pipeline or with redirections",
                              Unsupported)
         st.argv = argv
         for r in redirect_nodes:
-            self._redirect(r, st)
+            self._redirect(r, st, glued_text.get(r.id, ""))
         return st
 
-    def _stage_assign(self, c: Node, st: Stage) -> None:
-        """A ``VAR=value`` prefix of a command."""
-        n = c.child_by_field_name("name")
-        v = c.child_by_field_name("value")
-        assert n is not None
-        st.assigns[_text(n)] = self.expand_str(v) if v is not None else ""
+    def _stage_assign(self, a: tuple[str, bool, str], st: Stage) -> None:
+        """A ``VAR=value`` prefix of a command: (name, append, value text)."""
+        name, append, value = a
+        text = self.expand_str(value, "assign")
+        st.assigns[name] = (self.vars.get(name, "") + text) if append else text
 
-    def _redirect(self, r: Node, st: Stage) -> None:
+    def _redirect(self, r: Node, st: Stage, glued: str = "") -> None:
+        """Add the redirection ``r`` to ``st``; ``glued`` is source text that follows it with no
+        blank (tree-sitter may end the target early: ``>$out/$m.nc``)."""
         if r.type == "heredoc_redirect":
             body = next((c for c in r.children if c.type == "heredoc_body"), None)
             start = next((c for c in r.children if c.type == "heredoc_start"), None)
@@ -133,33 +134,26 @@ class EmitMixin:
             return
         fd = ""
         op = ""
-        dest: Node | None = None
+        dest: list[Node] = []
         for i, c in enumerate(r.children):
             f = r.field_name_for_child(i)
             if c.type == "file_descriptor":
                 fd = _text(c)
-            elif f == "destination":
-                dest = c
+            elif f == "destination" or (dest and c.is_named):
+                dest.append(c)
             elif not c.is_named:
                 op = _text(c)
-        if dest is None:
+        if not dest:
             raise self.error("redirection without a target", Unsupported)
-        st.redirects.append(Redirect(fd, op, self.expand_str(dest)))
+        words = self.word_texts(dest)
+        words[-1] += glued
+        if len(words) > 1:
+            raise self.error(f"redirection target of several words: {' '.join(words)}",
+                             Unsupported)
+        st.redirects.append(Redirect(fd, op, self.expand_str(words[0])))
 
     def _heredoc_text(self, body: Node) -> str:
-        out: list[str] = []
-        pos = body.start_byte
-        src = body.text or b""
-        base = body.start_byte
-        for c in body.children:
-            if c.type in ("simple_expansion", "expansion", "command_substitution",
-                          "arithmetic_expansion"):
-                out.append(src[pos - base:c.start_byte - base].decode(errors="surrogateescape"))
-                out.append(_lead(c))
-                out.append(self.expand_str(c))
-                pos = c.end_byte
-        out.append(src[pos - base:].decode(errors="surrogateescape"))
-        return _dq_unescape("".join(out))
+        return self.expand_str(_text(body), "heredoc")
 
     def _emit(self, stages: list[Stage], groups: list[list[int]], connectors: list[str],
               negated: list[bool]) -> int | None:

@@ -1,121 +1,47 @@
-"""Word expansion: parameters, command substitution, arithmetic, splitting, globbing, braces."""
+"""Word expansion as bash does it, in the order the shell specification gives.
+
+A word reaches this module as its source text (see :mod:`shoal.script.words` for why not as
+tree-sitter nodes) and goes through: brace expansion (on the text), tilde expansion, parameter
+expansion, command substitution and arithmetic expansion (left to right), field splitting on
+``IFS`` of the unquoted results, pathname expansion of each field against the simulated file
+system (files that exist *at this point of the script*), and quote removal. Assignments, case
+words, redirection targets and here-documents take the subset bash applies to them
+(:meth:`ExpandMixin.expand_str`, :meth:`ExpandMixin.expand_pattern`).
+"""
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import pwd
 import re
 from functools import lru_cache
 
 from .errors import Unsupported
-from .nodes import _BRACE, _SLOW, _SPECIAL_WORD, _lead, _text
-from .parser import Node, parse_fragment
+from .parser import Node, parse
 from .simfs import has_glob
+from .words import (
+    ARITH,
+    CMDSUB,
+    LIT,
+    PARAM,
+    TILDE,
+    WordError,
+    brace_expand,
+    has_braces,
+    is_plain,
+    parse_word,
+    split_pattern_replacement,
+)
+
+_SLOW = object()  # a word the fast path cannot expand
+_DEFAULT_IFS = " \t\n"
+_GLOB_CHARS = frozenset("*?[")
+_OPTION_ORDER = "abefhkmnptuvxBCHP"  # the order bash lists option letters in $-
 
 
 def _escape_glob(text: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", text)
-
-
-def _unescape_word(text: str) -> list[tuple[str, bool]]:
-    """Split an unquoted word into (text, quoted) pieces; a backslash quotes the next char."""
-    if "\\" not in text:
-        return [(text, False)]
-    out: list[tuple[str, bool]] = []
-    i = 0
-    buf = ""
-    while i < len(text):
-        c = text[i]
-        if c == "\\" and i + 1 < len(text):
-            if text[i + 1] == "\n":  # line continuation
-                i += 2
-                continue
-            if buf:
-                out.append((buf, False))
-                buf = ""
-            out.append((text[i + 1], True))
-            i += 2
-            continue
-        buf += c
-        i += 1
-    if buf:
-        out.append((buf, False))
-    return out
-
-
-def _dq_unescape(text: str) -> str:
-    # inside double quotes a backslash only escapes $ ` " \ and newline
-    return re.sub(r'\\([$`"\\\n])', lambda m: "" if m.group(1) == "\n" else m.group(1), text)
-
-
-def _ansi_c(text: str) -> str:
-    try:
-        return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
-    except UnicodeDecodeError:
-        return text
-
-
-def brace_expand(text: str) -> list[str]:
-    """Bash brace expansion of one raw word (``a{b,c}d``, ``x{1..3}``); quotes are respected."""
-    depth_q = None
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if depth_q:
-            if c == depth_q:
-                depth_q = None
-            elif c == "\\" and depth_q == '"':
-                i += 1
-        elif c in "'\"":
-            depth_q = c
-        elif c == "\\":
-            i += 1
-        elif c == "{" and (i == 0 or text[i - 1] != "$"):
-            depth = 0
-            j = i
-            parts: list[str] = []
-            start = i + 1
-            while j < len(text):
-                if text[j] == "{":
-                    depth += 1
-                elif text[j] == "}":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                elif text[j] == "," and depth == 1:
-                    parts.append(text[start:j])
-                    start = j + 1
-                j += 1
-            if j >= len(text):
-                return [text]
-            pre, body, post = text[:i], text[i + 1:j], text[j + 1:]
-            if parts:
-                parts.append(text[start:j])
-                alts = parts
-            else:
-                m = re.fullmatch(r"(-?\d+|[A-Za-z])\.\.(-?\d+|[A-Za-z])(?:\.\.(-?\d+))?", body)
-                if not m:
-                    return [pre + "{" + body + "}" + s for s in brace_expand(post)]
-                a, b, step = m.group(1), m.group(2), abs(int(m.group(3) or 1)) or 1
-                if a.lstrip("-").isdigit() and b.lstrip("-").isdigit():
-                    lo, hi = int(a), int(b)
-                    rng = range(lo, hi + 1, step) if lo <= hi else range(lo, hi - 1, -step)
-                    width = max(len(a), len(b)) if (a.startswith("0") or b.startswith("0")) else 0
-                    alts = [str(v).zfill(width) for v in rng]
-                else:
-                    lo, hi = ord(a), ord(b)
-                    rng = range(lo, hi + 1, step) if lo <= hi else range(lo, hi - 1, -step)
-                    alts = [chr(v) for v in rng]
-            out: list[str] = []
-            for alt in alts:
-                for tail in brace_expand(post):
-                    out.extend(brace_expand(pre + alt + tail))
-            return out
-        i += 1
-    return [text]
-
-
-_DEFAULT_IFS = " \t\n"
 
 
 @lru_cache(maxsize=16)
@@ -133,7 +59,7 @@ def _ifs_splitter(ifs: str) -> re.Pattern[str]:
 
 
 class _Fields:
-    """Builds the fields of one word during expansion (word splitting happens here)."""
+    """Builds the fields of one word during expansion (field splitting happens here)."""
 
     def __init__(self) -> None:
         self.fields: list[list[tuple[str, bool]]] = []
@@ -146,185 +72,236 @@ class _Fields:
         self.cur.append((text, quoted))
 
     def split(self, text: str, ifs: str) -> None:
-        if ifs == _DEFAULT_IFS and " " not in text and "\t" not in text and "\n" not in text:
-            if text:  # nothing to split (the usual case)
-                self.lit(text, False)
+        """Add the unquoted result of an expansion: split on IFS (bash's rules)."""
+        if not text:
             return
         if ifs == "":
-            if text:
-                self.lit(text, False)
+            self.lit(text, False)
             return
-        hard = any(c not in " \t\n" for c in ifs)  # a:b::c has an empty field
-        pieces = _ifs_splitter(ifs).split(text.strip(" \t\n") if hard else text)
-        if hard and pieces and pieces[-1] == "":
-            pieces.pop()
+        ws = "".join(c for c in ifs if c in " \t\n") if ifs != _DEFAULT_IFS else ifs
+        if ifs == _DEFAULT_IFS and " " not in text and "\t" not in text and "\n" not in text:
+            self.lit(text, False)  # nothing to split (the usual case)
+            return
+        # leading IFS white space ends the field before; trailing ends this one
+        if ws and text[0] in ws:
+            self.cur = None
+        body = text.strip(ws) if ws else text
+        end_break = bool(ws) and text[-1] in ws and body != ""
+        if body == "":
+            self.cur = None
+            return
+        pieces = _ifs_splitter(ifs).split(body)
+        hard = any(c not in " \t\n" for c in ifs)
+        if hard and pieces and pieces[-1] == "" and len(pieces) > 1:
+            pieces.pop()  # a trailing non-white separator ends the last field
+            end_break = True
         for k, piece in enumerate(pieces):
             if k:
                 self.cur = None
             if piece or hard:
                 self.lit(piece, False)
+        if end_break:
+            self.cur = None
 
     def brk(self) -> None:
         self.cur = None
 
 
-
-
 class ExpandMixin:
     """Expansion of words, as the interpreter's mixin."""
 
-    # ------------------------------------------------------------------ expansion
-    def expand_words(self, nodes: list[Node]) -> list[str]:
-        """Expand argument nodes into words: parameters, splitting, globbing, braces."""
-        return self._expand_progs([self._word_prog(n, True) for n in nodes])
-
-    def _word_prog(self, n: Node, cache: bool) -> str | tuple | Node:  # type: ignore[type-arg]
-        """How to expand the word ``n``: a str (a plain word: itself), a plan (a tuple, see
-        :meth:`_plan`), or the node itself (the general expander)."""
-        t = n.type
-        if t == "command_name":
-            kids = n.children
-            if len(kids) == 1 and kids[0].is_named:
-                n = kids[0]  # expands as its only child
-                t = n.type
-        if t == "word" or t == "number":
-            raw = n.text or b""
-            if not _SPECIAL_WORD.search(raw):  # plain word: itself (hot path)
-                return raw.decode(errors="surrogateescape")
-        if t in ("word", "concatenation", "brace_expression") and b"{" in (
-                n.text or b"") and _BRACE.search(_text(n)):
-            return n
-        plan = self._plan(n) if cache else self._make_plan(n)
-        return plan if plan else n
-
-    def _expand_progs(self, progs: list) -> list[str]:  # type: ignore[type-arg]
+    # ------------------------------------------------------------------ words from the tree
+    def word_texts(self, nodes: list[Node]) -> list[str]:
+        """Source texts of the words ``nodes`` spell: adjacent nodes are one word (tree-sitter
+        splits ``$a/$b.nc`` in two; bash ends a word only at a blank or an operator)."""
         out: list[str] = []
-        for p in progs:
-            tp = type(p)
-            if tp is str:
-                out.append(p)
-                continue
-            if tp is tuple:
-                w = self._plan_word(p)
-                if w is not _SLOW:
-                    if w is not None:
-                        out.append(w)  # type: ignore[arg-type]
-                    continue
-                f = _Fields()
-                self._run_plan(p, f, False)
+        end = -1
+        for n in nodes:
+            text = (n.text or b"").decode(errors="surrogateescape")
+            if out and n.start_byte == end:
+                out[-1] += text
             else:
-                n = p
-                t = n.type
-                if t in ("word", "concatenation", "brace_expression") and b"{" in (
-                        n.text or b"") and _BRACE.search(_text(n)):
-                    alts = brace_expand(_text(n))
-                    if len(alts) > 1 or alts[0] != _text(n):
-                        for alt in alts:
-                            sub = parse_fragment(": " + alt).children[0]
-                            args = [c for i, c in enumerate(sub.children)
-                                    if sub.field_name_for_child(i) == "argument"]
-                            out.extend(self.expand_words(args))
-                        continue
-                f = _Fields()
-                self._expand_into(n, f, quoted=False)
-            for fl in f.fields:
-                out.extend(self._glob_field(fl))
+                out.append(text)
+            end = n.end_byte
         return out
 
-    def _plan(self, node: Node) -> tuple[tuple[str, str, bool], ...] | None:
-        """The word as simple steps (literal text, plain variable), cached per node; None when
-        it needs the general expander. Loops expand the same words thousands of times."""
-        hit = self._plan_cache.get(node.id)
-        if hit is not None and hit[0] == node:
-            return hit[1]
-        plan = self._make_plan(node)
-        self._plan_cache[node.id] = (node, plan)
-        return plan
+    def _parse(self, text: str, mode: str = "word") -> tuple:  # type: ignore[type-arg]
+        try:
+            return parse_word(text, mode)
+        except WordError as e:
+            raise self.error(f"{e.message}: '{text}'", Unsupported) from None
 
-    def _make_plan(self, node: Node) -> tuple[tuple[str, str, bool], ...] | None:
-        ops: list[tuple[str, str, bool]] = []
-        return tuple(ops) if self._plan_into(node, ops, False) else None
+    # ------------------------------------------------------------------ argument words
+    def expand_words(self, nodes: list[Node]) -> list[str]:
+        """Expand argument nodes into fields (all the expansions, splitting and globbing)."""
+        return self.expand_texts(self.word_texts(nodes))
 
-    def _plan_into(self, node: Node, ops: list[tuple[str, str, bool]], quoted: bool) -> bool:
-        # ops: ("lit", text, quoted), ("v", name, quoted) for a variable, ("var", name, quoted)
-        # for a positional parameter
-        t = node.type
-        if t in ("word", "number"):
-            raw = node.text or b""
-            if _SPECIAL_WORD.search(raw) or (quoted and t == "word"):
-                return False
-            ops.append(("lit", raw.decode(errors="surrogateescape"), quoted))
-            return True
-        if t == "raw_string":
-            ops.append(("lit", _text(node)[1:-1], True))
-            return True
-        if t in ("simple_expansion", "expansion"):
-            kids = node.children
-            inner = kids[1:] if t == "simple_expansion" else kids[1:-1]
-            if len(inner) != 1 or inner[0].type != "variable_name" or (
-                    t == "expansion" and kids[-1].type != "}") or _lead(node):
-                return False
-            name = _text(inner[0])
-            ops.append(("v" if name.isidentifier() else "var", name, quoted))
-            return True
-        if t == "concatenation":
-            return all(c.is_named and self._plan_into(c, ops, quoted) for c in node.children)
-        if t == "string" and not quoted:
-            kids = node.children
-            if len(kids) < 2 or _text(kids[-1]) != '"' or _text(kids[0]) != '"':
-                return False
-            ops.append(("lit", "", True))
-            pos = kids[0].end_byte
-            for c in kids[1:-1]:
-                if c.start_byte != pos:
-                    return False
-                if c.type == "string_content":
-                    ops.append(("lit", _dq_unescape(_text(c)), True))
-                elif not (c.is_named and self._plan_into(c, ops, True)):
-                    return False
-                pos = c.end_byte
-            return kids[-1].start_byte == pos
-        return False
+    def expand_texts(self, texts: list[str]) -> list[str]:
+        """Expand words given as source text into fields."""
+        out: list[str] = []
+        for text in texts:
+            if is_plain(text):
+                out.append(text)
+            elif has_braces(text) and "B" in self.shell_options:
+                try:
+                    alts = brace_expand(text)
+                except WordError as e:
+                    raise self.error(f"{e.message}: '{text}'", Unsupported) from None
+                for alt in alts:
+                    if is_plain(alt):
+                        out.append(alt)
+                    else:
+                        self._expand_word(alt, out)
+            else:
+                self._expand_word(text, out)
+        return out
 
-    def _plan_word(self, plan: tuple[tuple[str, str, bool], ...]) -> str | None | object:
-        """Expand a planned word in argument position when that needs neither word splitting
-        nor globbing (the usual case): the word, or None (no field). ``_SLOW`` otherwise."""
+    def _expand_word(self, text: str, out: list[str]) -> None:
+        parts = self._parse(text)
+        fast = self._fast_word(parts)
+        if fast is not _SLOW:
+            if fast is not None:
+                out.append(fast)  # type: ignore[arg-type]
+            return
+        f = _Fields()
+        self._parts_into(parts, f)
+        noglob = "f" in self.shell_options
+        for fl in f.fields:
+            if noglob:
+                out.append("".join(t for t, _ in fl))
+            else:
+                out.extend(self._glob_field(fl))
+
+    def _fast_word(self, parts: tuple) -> object:  # type: ignore[type-arg]
+        """A word of literals and plain variables whose values need neither splitting nor
+        globbing (the usual case) as one string, None for no field; ``_SLOW`` otherwise."""
         vars_ = self.vars
         ifs = vars_.get("IFS")
-        if ifs is not None and ifs != _DEFAULT_IFS and ifs != "":
+        if ifs is not None and ifs != _DEFAULT_IFS:
             return _SLOW
-        splits = ifs != ""  # IFS unset or the default: white space splits
-        parts: list[str] = []
+        out: list[str] = []
         field = False
-        for op, text, quoted in plan:
-            if op == "lit":
-                parts.append(text)
+        for p in parts:
+            kind = p[0]
+            if kind == LIT:
+                if not p[2] and has_glob(p[1]):
+                    return _SLOW
+                out.append(p[1])
                 field = True
                 continue
-            v = vars_.get(text) if op == "v" else self._get(text)
-            if quoted:
+            if kind != PARAM or p[2] is not None or p[1] in ("@", "*"):
+                return _SLOW
+            name = p[1]
+            if name.isidentifier():
+                v = vars_.get(name)
+            elif name[0] in "#!" and len(name) > 1:
+                return _SLOW  # ${#name}, ${!name}
+            else:
+                v = self._get(name)
+            if v is None and "u" in self.shell_options:
+                return _SLOW
+            if p[4]:
                 field = True
                 if v:
-                    parts.append(v)
+                    out.append(v)
                 continue
             if not v:
                 continue
-            if splits and (" " in v or "\t" in v or "\n" in v):
-                return _SLOW  # word splitting
-            if "*" in v or "?" in v or "[" in v:
-                return _SLOW  # globbing
-            parts.append(v)
+            if " " in v or "\t" in v or "\n" in v or "*" in v or "?" in v or "[" in v:
+                return _SLOW
+            out.append(v)
             field = True
-        return "".join(parts) if field else None
+        return "".join(out) if field else None
 
-    def _run_plan(self, plan: tuple[tuple[str, str, bool], ...], f: _Fields, _q: bool) -> None:
-        for op, text, quoted in plan:
-            if op == "lit":
-                f.lit(text, quoted)
+    def _parts_into(self, parts: tuple, f: _Fields) -> None:  # type: ignore[type-arg]
+        for p in parts:
+            kind = p[0]
+            if kind == LIT:
+                f.lit(p[1], p[2])
+            elif kind == PARAM:
+                self._param(p[1], p[2], p[3], p[4], f)
+            elif kind == CMDSUB:
+                self._value_into(self.substitute(p[1]), f, p[2])
+            elif kind == ARITH:
+                self._value_into(str(self._arith_expansion(p[1])), f, p[2])
+            else:  # TILDE
+                f.lit(self._tilde(p[1]), True)
+
+    def _value_into(self, value: str, f: _Fields, quoted: bool) -> None:
+        if quoted:
+            f.lit(value, True)
+        else:
+            f.split(value, self.vars.get("IFS", _DEFAULT_IFS))
+
+    def _arith_expansion(self, expr: str) -> int:
+        # parameters and substitutions in the expression are expanded first (as bash does)
+        if "$" in expr or "`" in expr:
+            expr = self.expand_str(expr, "dq")
+        return self.arith_text(expr)  # type: ignore[attr-defined,no-any-return]
+
+    def _tilde(self, user: str) -> str:
+        if user == "":
+            return self.vars.get("HOME", "~")
+        if user == "+":
+            return self.vars.get("PWD", self.cwd)
+        if user == "-":
+            return self.vars.get("OLDPWD", "~-")
+        try:
+            return pwd.getpwnam(user).pw_dir
+        except KeyError:
+            return "~" + user
+
+    # ------------------------------------------------------------------ single strings
+    def expand_str(self, node: Node | str, mode: str = "word") -> str:
+        """Expand a word to one string: no field splitting or globbing (assignments, case
+        words, redirection targets, here-documents). ``node`` is a tree node or source text;
+        ``mode`` as for :func:`~shoal.script.words.parse_word`."""
+        if type(node) is not str:
+            if node.type == "regex":  # type: ignore[union-attr]
+                mode = "heredoc"  # `[[ x =~ re ]]`: backslashes keep their regex meaning
+            text = (node.text or b"").decode(errors="surrogateescape")  # type: ignore[union-attr]
+        else:
+            text = node  # type: ignore[assignment]
+        if is_plain(text):
+            return text  # type: ignore[return-value]
+        parts = self._parse(text, mode)  # type: ignore[arg-type]
+        out: list[str] = []
+        for p in parts:
+            kind = p[0]
+            if kind == LIT:
+                out.append(p[1])
+            elif kind == PARAM and p[2] is None and p[1].isidentifier():
+                v = self.vars.get(p[1])
+                if v is None and "u" in self.shell_options:
+                    self._unbound(p[1])
+                out.append(v or "")
+            elif kind == TILDE:
+                out.append(self._tilde(p[1]))
             else:
-                value = self.vars.get(text) if op == "v" else self._get(text)
-                self._value_into(value or "", f, quoted)
+                f = _Fields()
+                self._parts_into(((kind, *p[1:-1], True),), f)
+                out.append(" ".join("".join(t for t, _ in fl) for fl in f.fields))
+        return "".join(out)
 
+    def expand_pattern(self, text: str) -> str:
+        """Expand a pattern word (case patterns, ``${v#pat}``): quoted characters match
+        themselves, unquoted ones (literal or from expansions) keep their glob meaning."""
+        parts = self._parse(text)
+        out: list[str] = []
+        for p in parts:
+            kind = p[0]
+            if kind == LIT:
+                out.append(_escape_glob(p[1]) if p[2] else p[1])
+            elif kind == TILDE:
+                out.append(_escape_glob(self._tilde(p[1])))
+            else:
+                f = _Fields()
+                self._parts_into(((kind, *p[1:-1], True),), f)
+                value = " ".join("".join(t for t, _ in fl) for fl in f.fields)
+                out.append(_escape_glob(value) if p[-1] else value)
+        return "".join(out)
+
+    # ------------------------------------------------------------------ pathname expansion
     def _glob_field(self, fl: list[tuple[str, bool]]) -> list[str]:
         if len(fl) == 1:
             t, q = fl[0]
@@ -337,111 +314,10 @@ class ExpandMixin:
                 return matches
         return ["".join(t for t, _ in fl)]
 
-    def expand_str(self, node: Node) -> str:
-        """Expand a node to one string (no splitting or globbing: assignments, case, targets)."""
-        t = node.type
-        if t == "command_substitution":
-            return self.command_substitution(node)
-        if t == "arithmetic_expansion":
-            value = 0
-            for e in self._arith_exprs(node):
-                value = self.arith(e)
-            return str(value)
-        plan = self._plan(node)
-        if plan:
-            vars_ = self.vars
-            parts = []
-            for op, text, _quoted in plan:
-                if op == "lit":
-                    parts.append(text)
-                else:
-                    v = vars_.get(text) if op == "v" else self._get(text)
-                    if v:
-                        parts.append(v)
-            return "".join(parts)
-        return self._expand_str_slow(node)
-
-    def _expand_str_slow(self, node: Node) -> str:
-        f = _Fields()
-        self._expand_into(node, f, quoted=True)
-        return " ".join("".join(t for t, _ in fl) for fl in f.fields)
-
-    def _expand_into(self, node: Node, f: _Fields, quoted: bool) -> None:
-        t = node.type
-        if t in ("word", "number", "extglob_pattern", "regex", "test_operator",
-                 "variable_name", "heredoc_content", "file_descriptor", "special_variable_name"):
-            text = _text(node)
-            if quoted:
-                f.lit(text, True if t != "word" else False)
-                return
-            if t == "word" and text.startswith("~"):
-                head, sep, rest = text.partition("/")
-                home = self.vars.get("HOME", "~") if head == "~" else None
-                if home is not None:
-                    f.lit(home, True)
-                    text = sep + rest
-            for piece, q in _unescape_word(text):
-                f.lit(piece, q)
-        elif t == "raw_string":
-            f.lit(_text(node)[1:-1], True)
-        elif t == "ansi_c_string":
-            f.lit(_ansi_c(_text(node)[2:-1]), True)
-        elif t in ("string", "translated_string"):
-            f.lit("", True)  # "" is an (empty) field
-            # tree-sitter leaves some text (white space) out of string_content nodes: take
-            # the gaps between children from the source
-            raw = node.text or b""
-            base = node.start_byte
-            kids = self._kids(node)
-            pos = kids[0].end_byte if kids else base
-            for c in kids[1:]:
-                if c.start_byte > pos:
-                    f.lit(_dq_unescape(raw[pos - base:c.start_byte - base].decode(
-                        errors="surrogateescape")), True)
-                if c is kids[-1] and not c.is_named:
-                    # the closing quote token may carry white space before it: ' "'
-                    closing = _text(c)
-                    if len(closing) > 1 and closing.endswith('"'):
-                        f.lit(_dq_unescape(closing[:-1]), True)
-                    break
-                if c.type == "string_content":
-                    f.lit(_dq_unescape(_text(c)), True)
-                elif c.is_named:
-                    lead = _lead(c)
-                    if lead:
-                        f.lit(lead, True)
-                    self._expand_into(c, f, quoted=True)
-                else:
-                    f.lit(_text(c), True)
-                pos = c.end_byte
-        elif t in ("simple_expansion", "expansion"):
-            self._parameter(node, f, quoted)
-        elif t == "command_substitution":
-            self._value_into(self.command_substitution(node), f, quoted)
-        elif t == "arithmetic_expansion":
-            exprs = self._arith_exprs(node)
-            value = 0
-            for e in exprs:
-                value = self.arith(e)
-            self._value_into(str(value), f, quoted)
-        elif t in ("concatenation", "command_name"):
-            for c in self._kids(node):
-                if c.is_named:
-                    self._expand_into(c, f, quoted)
-                else:
-                    f.lit(_text(c), quoted)
-        elif t == "brace_expression":
-            f.lit(_text(node), quoted)
-        elif t in ("process_substitution",):
-            raise self.error("process substitution <(...) is not supported", Unsupported)
-        else:
-            raise self.error(f"unsupported expansion '{t}'", Unsupported)
-
-    def _value_into(self, value: str, f: _Fields, quoted: bool) -> None:
-        if quoted:
-            f.lit(value, True)
-        else:
-            f.split(value, self.vars.get("IFS", " \t\n"))
+    # ------------------------------------------------------------------ parameters
+    def _unbound(self, name: str) -> None:
+        raise self.error(f"{name}: unbound variable (set -u): the script stops here in bash",
+                         Unsupported)
 
     def _get(self, name: str) -> str | None:
         if name.isdigit():
@@ -461,147 +337,151 @@ class ExpandMixin:
         if name == "$":
             return str(os.getpid())
         if name == "-":
-            return "e" if self.set_e else ""
+            return "".join(c for c in _OPTION_ORDER if c in self.shell_options)
         if name == "!":
             raise self.error("$! (background jobs) is not supported", Unsupported)
         return self.vars.get(name)
 
-    def _parameter(self, node: Node, f: _Fields, quoted: bool) -> None:
-        children = node.children
-        if node.type == "simple_expansion":
-            name = _text(children[1]) if len(children) > 1 else ""
-            self._param_value(name, None, [], f, quoted)
-            return
-        # ${ [#|!] name [operator args...] }
-        inner = children[1:-1]
-        prefix = ""
-        if inner and not inner[0].is_named and _text(inner[0]) in ("#", "!"):
-            prefix = _text(inner[0])
-            inner = inner[1:]
-        if not inner:
-            raise self.error("bad substitution", Unsupported)
-        name_node = inner[0]
-        if name_node.type == "subscript":
-            raise self.error("arrays are not supported", Unsupported)
-        name = _text(name_node)
-        rest = inner[1:]
-        if prefix == "#":
-            value = self._get(name)
-            if name in ("@", "*"):
+    def _param(self, name: str, op: str | None, arg: str | None, quoted: bool, f: _Fields
+               ) -> None:
+        """One ``$name`` / ``${...}`` into the fields."""
+        if name[0] == "#" and len(name) > 1:  # ${#name}
+            base = name[1:]
+            if base in ("@", "*"):
                 value = str(len(self.positional))
             else:
-                value = str(len(value or ""))
+                v = self._get(base)
+                if v is None and "u" in self.shell_options:
+                    self._unbound(base)
+                value = str(len(v or ""))
             self._value_into(value, f, quoted)
             return
-        if prefix == "!":
-            target = self._get(name) or ""
-            self._param_value(target, None, rest, f, quoted)
-            return
-        op = _text(rest[0]) if rest and not rest[0].is_named else None
-        self._param_value(name, op, rest[1:] if op else rest, f, quoted)
+        if name[0] == "!" and len(name) > 1:  # ${!name}: the variable name holds
+            target = self._get(name[1:]) or ""
+            if not (target.isidentifier() or target.isdigit() or target in "@*#?$-"):
+                raise self.error(f"${{!{name[1:]}}}: invalid indirect name '{target}'")
+            name = target
+        self._param_value(name, op, arg, quoted, f)
 
-    def _param_value(self, name: str, op: str | None, args: list[Node], f: _Fields,
-                     quoted: bool) -> None:
+    def _param_value(self, name: str, op: str | None, arg: str | None, quoted: bool,
+                     f: _Fields) -> None:
         if name in ("@", "*") and op is None:
-            if quoted and name == "@":
+            ifs = self.vars.get("IFS", _DEFAULT_IFS)
+            if quoted and name == "@":  # "$@": one field per parameter, none without any
                 for k, p in enumerate(self.positional):
                     if k:
                         f.brk()
                     f.lit(p, True)
                 return
-            if quoted:
-                f.lit(self.vars.get("IFS", " ")[:1].join(self.positional), True)
+            if quoted:  # "$*": one field, joined with IFS's first character
+                f.lit((ifs[:1] if ifs is not None else " ").join(self.positional), True)
                 return
             for k, p in enumerate(self.positional):
                 if k:
                     f.brk()
-                f.split(p, self.vars.get("IFS", " \t\n"))
+                f.split(p, ifs)
             return
         value = self._get(name)
         if op is None:
+            if value is None and "u" in self.shell_options:
+                self._unbound(name)
             self._value_into(value or "", f, quoted)
             return
-
-        def word() -> str:
-            parts: list[str] = []
-            for a in args:
-                if a.is_named:
-                    parts.append(self.expand_str(a))
-                else:
-                    parts.append(_text(a))
-            return "".join(parts)
-
-        def pattern() -> str:
-            parts: list[str] = []
-            for a in args:
-                if a.type in ("string", "raw_string"):
-                    parts.append(_escape_glob(self.expand_str(a)))
-                elif a.is_named:
-                    parts.append(self.expand_str(a))
-                else:
-                    parts.append(_text(a))
-            return "".join(parts)
-
+        arg = arg or ""
+        mode = "dqparam" if quoted else "word"
         if op in (":-", "-", ":=", "=", ":+", "+", ":?", "?"):
-            unset = value is None or (op.startswith(":") and value == "")
-            if op in (":-", "-"):
-                result = word() if unset else value or ""
+            unset = value is None or (op[0] == ":" and value == "")
+            if op in (":-", "-", ":+", "+"):
+                if unset == (op in (":-", "-")):
+                    # the word keeps its own quoting: ${x:-"a b"} is one field, ${x:-a b} two
+                    self._parts_into(self._quoted_parts(self._parse(arg, mode), quoted), f)
+                    return
+                result = value or ""
             elif op in (":=", "="):
                 if unset:
-                    value = word()
-                    self.set_var(name, value)
+                    value = self.expand_str(arg, mode)
+                    self.set_var(name, value)  # type: ignore[attr-defined]
                 result = value or ""
-            elif op in (":+", "+"):
-                result = "" if unset else word()
             else:
                 if unset:
-                    raise self.error(f"{name}: {word() or 'parameter null or not set'}")
+                    msg = self.expand_str(arg, mode) or "parameter null or not set"
+                    raise self.error(f"{name}: {msg} (the script stops here in bash)",
+                                     Unsupported)
                 result = value or ""
-            use_word = (op in (":-", "-") and unset) or (op in (":+", "+") and not unset)
-            if use_word and not quoted:
-                # the word keeps its own quoting: ${x:-"a b"} is one field, ${x:-a b} two
-                for a in args:
-                    if a.type in ("string", "raw_string", "ansi_c_string"):
-                        self._expand_into(a, f, quoted=True)
-                    else:
-                        self._value_into(self.expand_str(a) if a.is_named else _text(a), f,
-                                         False)
-                return
             self._value_into(result, f, quoted)
             return
+        if value is None and "u" in self.shell_options:
+            self._unbound(name)
         value = value or ""
         if op in ("#", "##", "%", "%%"):
-            pat = pattern()
-            result = _trim(value, pat, op)
+            result = _trim(value, self.expand_pattern(arg), op)
         elif op in ("/", "//", "/#", "/%"):
-            pat_nodes: list[Node] = []
-            rep_nodes: list[Node] = []
-            cur = pat_nodes
-            for a in args:
-                if not a.is_named and _text(a) == "/" and cur is pat_nodes:
-                    cur = rep_nodes
-                    continue
-                cur.append(a)
-            saved = args
-            args = pat_nodes
-            pat = pattern()
-            args = rep_nodes
-            rep = word()
-            args = saved
-            result = _replace(value, pat, rep, op)
+            pat, rep = split_pattern_replacement(arg)
+            result = _replace(value, self.expand_pattern(pat), self.expand_str(rep, mode), op)
         elif op == ":":
-            nums = [self.arith_text(self.expand_str(a)) for a in args if a.is_named]
-            off = nums[0] if nums else 0
+            off_text, sep, len_text = arg.partition(":")
+            off = self.arith_text(self.expand_str(off_text, "dq"))  # type: ignore[attr-defined]
             if off < 0:
                 off = max(0, len(value) + off)
-            result = value[off:off + nums[1]] if len(nums) > 1 else value[off:]
+            if sep:
+                n = self.arith_text(self.expand_str(len_text, "dq"))  # type: ignore[attr-defined]
+                end = off + n if n >= 0 else len(value) + n
+                if end < off:
+                    raise self.error(f"{name}: substring expression < 0")
+                result = value[off:end]
+            else:
+                result = value[off:]
         elif op in ("^^", ",,", "^", ","):
+            if arg:
+                raise self.error(f"${{{name}{op}{arg}}}: case conversion of a pattern is not "
+                                 "supported", Unsupported)
             result = {"^^": value.upper(), ",,": value.lower(),
                       "^": value[:1].upper() + value[1:], ",": value[:1].lower() + value[1:]}[op]
         else:
             raise self.error(f"unsupported parameter operator '{op}'", Unsupported)
         self._value_into(result, f, quoted)
 
+    @staticmethod
+    def _quoted_parts(parts: tuple, quoted: bool) -> tuple:  # type: ignore[type-arg]
+        if not quoted:
+            return parts
+        return tuple((p[0], p[1], True) if p[0] == LIT else
+                     ((*p[:-1], True) if p[0] != TILDE else p) for p in parts)
+
+    # ------------------------------------------------------------------ command substitution
+    def substitute(self, body: str) -> str:
+        """The output of ``$(body)`` with trailing newlines removed, computed statically."""
+        stripped = body.strip()
+        if stripped.startswith("<") and not stripped.startswith("<<") and "\n" not in stripped:
+            target = self.expand_str(stripped[1:].strip())
+            return self._read_static_file(target).rstrip("\n")  # type: ignore[attr-defined]
+        line = self.line
+        try:
+            nodes = self._subst_nodes(body, line)
+            return self._capture_nodes(nodes).rstrip("\n")  # type: ignore[attr-defined]
+        finally:
+            self.line = line
+
+    def _subst_nodes(self, body: str, line: int) -> list[Node]:
+        """The statements of a substitution's body, parsed once per (line, body); the body is
+        parsed on its own line so errors inside it name the script's line."""
+        key = (line, body)
+        hit = self._subst_text_cache.get(key)
+        if hit is None:
+            root = parse(("\n" * (line - 1) + body).encode(errors="surrogateescape"),
+                         self.script)
+            hit = [c for c in root.children if c.is_named and c.type != "comment"]
+            self._subst_text_cache[key] = hit
+        return hit
+
+    def command_substitution(self, node: Node) -> str:
+        """``$(...)`` given as a tree node."""
+        text = (node.text or b"").decode(errors="surrogateescape")
+        if text.startswith("`"):
+            return self.substitute(re.sub(r"\\([$`\\])", r"\1", text[1:-1]))
+        if text.startswith("$((") and text.endswith("))"):
+            return str(self._arith_expansion(text[3:-2]))
+        return self.substitute(text[2:-1])
 
 
 def _trim(value: str, pat: str, op: str) -> str:

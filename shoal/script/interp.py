@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -19,7 +20,7 @@ from .builtins import BuiltinsMixin
 from .conditions import TestMixin
 from .emit import EmitMixin
 from .errors import ScriptError, Unsupported
-from .expand import ExpandMixin, _escape_glob, _Fields
+from .expand import ExpandMixin
 from .model import Stage, Step
 from .nodes import (
     _BLOCKS,
@@ -43,6 +44,11 @@ from .nodes import (
 from .parser import Node, parse
 from .semantics import Semantics
 from .simfs import SimFS
+
+# NAME= or NAME+= at the start of a word before the command name: an assignment
+_ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
+# what _parts returns: has a command name, assignments, redirections, word texts
+CommandParts = tuple[bool, list[tuple[str, bool, str]], list[tuple[Node, str]], list[str]]
 
 
 class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
@@ -90,6 +96,7 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         self._arith_cache: dict[int, tuple[Node, tuple]] = {}  # type: ignore[type-arg]
         self._test_cache: dict[int, tuple[Node, list]] = {}  # type: ignore[type-arg]
         self._aexprs_cache: dict[int, tuple[Node, list[Node]]] = {}
+        self._subst_text_cache: dict[tuple[int, str], list[Node]] = {}
         self._subst_cache: dict[int, tuple[Node, tuple]] = {}  # type: ignore[type-arg]
         self._readable: dict[str, bool] = {}
         self._handlers = {name[3:]: getattr(self, name) for name in dir(type(self))
@@ -156,18 +163,16 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
     def _assign_node(self, node: Node, local: bool = False) -> None:
         hit = self._assign_cache.get(node.id)
         if hit is not None and hit[0] == node:
-            name, value, append = hit[1]
+            name, append, value = hit[1]
         else:
-            name_node = node.child_by_field_name("name")
-            value = node.child_by_field_name("value")
-            if name_node is None or name_node.type == "subscript":
-                raise self.error("arrays are not supported", Unsupported)
-            if value is not None and value.type == "array":
-                raise self.error("arrays are not supported", Unsupported)
-            name = _text(name_node)
-            append = any(c.type == "+=" for c in node.children)
-            self._assign_cache[node.id] = (node, (name, value, append))
-        text = self.expand_str(value) if value is not None else ""
+            name, append, value = self._split_assign(
+                (node.text or b"").decode(errors="surrogateescape"))
+            self._assign_cache[node.id] = (node, (name, append, value))
+        self._assign(name, append, value, local)
+
+    def _assign(self, name: str, append: bool, value: str, local: bool = False) -> None:
+        """``name=value`` (``+=`` when ``append``), ``value`` as source text."""
+        text = self.expand_str(value, "assign")
         if append:
             text = self.vars.get(name, "") + text
         self.set_var(name, text, local)
@@ -365,7 +370,7 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
             if not matched:
                 pats = [c for i, c in enumerate(item.children)
                         if item.field_name_for_child(i) == "value"]
-                matched = any(self._match_pattern(value, p) for p in pats)
+                matched = any(self._match_pattern(value, p) for p in self.word_texts(pats))
             if matched:
                 fall = item.child_by_field_name("fallthrough")
                 body = [c for i, c in enumerate(item.children)
@@ -379,11 +384,8 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
                 return status
         return 0
 
-    def _match_pattern(self, value: str, pat: Node) -> bool:
-        f = _Fields()
-        self._expand_into(pat, f, quoted=False)
-        pattern = "".join(_escape_glob(t) if q else t for fl in f.fields for t, q in fl)
-        return fnmatch.fnmatchcase(value, pattern)
+    def _match_pattern(self, value: str, pat: str) -> bool:
+        return fnmatch.fnmatchcase(value, self.expand_pattern(pat))
 
     def _x_subshell(self, node: Node) -> int | None:
         with self._saved_state():
@@ -562,35 +564,62 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
             return not (prog in STATIC_BUILTINS or prog in self.functions or prog in ALWAYS_OK)
         return False
 
-    def _parts(self, node: Node) -> tuple[Node | None, list[Node], list[Node], list[Node], list]:  # type: ignore[type-arg]
-        """(name, arguments, assignments, redirects, word programs of name and arguments) of a
-        command node, cached per node (see :meth:`_word_prog`).
+    def _parts(self, node: Node) -> CommandParts:
+        """The words of a command node as bash reads them, cached per node: assignments
+        ``(name, append, value text)`` before the command name, the source texts of the name
+        and arguments, and redirections ``(node, text of words glued to its target)``.
 
-        Loop bodies are walked once per iteration; tree-sitter builds new child objects on
-        every access, so this is worth remembering. The cache holds the node itself, which
-        keeps its tree alive, so a node id is never reused by another tree meanwhile.
+        tree-sitter may split one word into several nodes (``$d/sresalb_$m.nc``); adjacent
+        nodes are joined back into one word here. Loop bodies are walked once per iteration
+        and tree-sitter builds new child objects on every access, so this is worth
+        remembering; the cache holds the node itself, which keeps its tree alive, so a node id
+        is never reused by another tree meanwhile.
         """
         hit = self._parts_cache.get(node.id)
         if hit is not None and hit[0] == node:
-            return hit[1]
-        name = None
-        args: list[Node] = []
-        assigns: list[Node] = []
-        redirects: list[Node] = []
+            return hit[1]  # type: ignore[no-any-return]
+        items: list[list] = []  # type: ignore[type-arg]  # [kind, text, end byte, node]
         for i, c in enumerate(node.children):
             f = node.field_name_for_child(i)
-            if f == "name":
-                name = c
-            elif f == "argument":
-                args.append(c)
-            elif f == "redirect":
-                redirects.append(c)
-            elif c.type == "variable_assignment":
-                assigns.append(c)
-        words = ([name] if name is not None else []) + args
-        parts = (name, args, assigns, redirects, [self._word_prog(w, False) for w in words])
+            text = (c.text or b"").decode(errors="surrogateescape")
+            glued = bool(items) and items[-1][2] == c.start_byte
+            if c.type == "process_substitution":
+                raise self.error("process substitution <(...) is not supported", Unsupported)
+            if c.type == "variable_assignment":
+                items.append(["assign", text, c.end_byte, c])
+            elif f == "redirect" or c.type.endswith("_redirect"):
+                items.append(["redirect", "", c.end_byte, c])
+            elif f in ("name", "argument") or c.type in _WORDLIKE or c.type == "command_name":
+                if glued:
+                    items[-1][1] += text  # the rest of the word before it
+                    items[-1][2] = c.end_byte
+                else:
+                    items.append(["word", text, c.end_byte, c])
+        assigns: list[tuple[str, bool, str]] = []
+        words: list[str] = []
+        redirects: list[tuple[Node, str]] = []
+        for kind, text, _end, c in items:
+            if kind == "redirect":
+                redirects.append((c, text))
+            elif not words and (kind == "assign" or _ASSIGN.match(text)):
+                assigns.append(self._split_assign(text))
+            else:
+                words.append(text)
+        parts = (bool(words), assigns, redirects, words)
         self._parts_cache[node.id] = (node, parts)
         return parts
+
+    def _split_assign(self, text: str) -> tuple[str, bool, str]:
+        """``NAME=value`` / ``NAME+=value`` source text -> (name, append, value text)."""
+        m = _ASSIGN.match(text)
+        if m is None:
+            if re.match(r"[A-Za-z_]\w*\[", text):
+                raise self.error("arrays are not supported", Unsupported)
+            raise self.error(f"not an assignment: '{text}'", Unsupported)
+        value = text[m.end():]
+        if value.startswith("(") :
+            raise self.error("arrays are not supported", Unsupported)
+        return m.group(1), m.group(2) == "+", value
 
     def _stmts(self, node: Node) -> list[Node] | None:
         """The statements of a block node, cached; None for an arithmetic ``(( ))`` command."""
@@ -616,13 +645,15 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         return kids
 
     def _x_command(self, node: Node) -> int | None:
-        name_node, _args, assigns, _r, progs = self._parts(node)
-        if name_node is None:
-            for a in assigns:
-                self._assign_node(a)
+        has_name, assigns, _r, words = self._parts(node)
+        if not has_name:
+            for name, append, value in assigns:
+                self._assign(name, append, value)
             return 0
-        argv = self._expand_progs(progs)
+        argv = self.expand_texts(words)
         if not argv:
+            for name, append, value in assigns:  # `x=1 $empty` assigns, as bash does
+                self._assign(name, append, value)
             return 0
         prog = argv[0]
         if prog in self.functions:
@@ -641,8 +672,8 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         st = Stage(argv, [], {})
         for c in assigns:
             self._stage_assign(c, st)
-        for r in _r:  # redirects written inside the command node
-            self._redirect(r, st)
+        for r, glued in _r:  # redirects written inside the command node
+            self._redirect(r, st, glued)
         return self._emit([st], [[0]], [], [False])
 
     def _call(self, name: str, args: list[str]) -> int | None:
