@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import operator
 import re
+from collections.abc import Callable
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
-from .errors import Unsupported
+from .errors import ScriptError, Unsupported
 from .parser import Node, parse_fragment
 
 if TYPE_CHECKING:
@@ -15,21 +16,48 @@ if TYPE_CHECKING:
 from .nodes import _text
 
 
+class ArithError(ScriptError):
+    """An arithmetic error inside ``(( ))``, ``let`` or ``for (( ))``: the command fails."""
+
+
 class ArithMixin:
     """Arithmetic evaluation, as the interpreter's mixin."""
+
+    _arith_soft = 0  # > 0 inside (( )), let, for (( )): an error fails the command only
 
     # ------------------------------------------------------------------ arithmetic
     def arith_text(self, text: str) -> int:
         """Evaluate an arithmetic expression given as text (``let``, variable contents)."""
         text = text.strip()
-        if text.isdecimal() or re.fullmatch(r"-?\d+", text):
-            return int(text)
+        if text.isdecimal() and (text[0] != "0" or len(text) == 1):
+            return _wrap(int(text))
         if text == "":
             return 0
         prog = _arith_text_prog(text)
         if prog is None:
-            raise self.error(f"bad arithmetic expression '{text}'")
+            raise self.error(f"arithmetic expression '{text}' (not understood)", Unsupported)
         return self._aeval(prog)
+
+    def arith_error(self, expr: str, message: str, token: str) -> NoReturn:
+        """Bash's arithmetic error: in ``(( ))``/``let``/``for (( ))`` the command fails with
+        status 1 (ArithError, caught there); anywhere else (``$(( ))``, a ``declare -i``
+        assignment, a test's operand) the shell prints it and exits with status 1."""
+        text = f'{expr}: {message} (error token is "{token}")'
+        if self._arith_soft:
+            raise ArithError(text)
+        self._fatal(text)
+
+    def _arith_status(self, what: str, fn: Callable[[], int]) -> int:
+        """Run ``fn`` (an arithmetic command) as bash does: an error prints ``WHAT: ...`` on
+        stderr and makes the status 1, the script goes on."""
+        self._arith_soft += 1
+        try:
+            return fn()
+        except ArithError as exc:
+            self._stderr(f"{what}: {exc.message}")
+            return 1
+        finally:
+            self._arith_soft -= 1
 
     def arith(self, node: Node) -> int:
         """Evaluate an arithmetic tree-sitter node (compiled once per node, see _arith_compile)."""
@@ -67,16 +95,16 @@ class ArithMixin:
             self.set_var(name, str(v))
             return v
         if op == "pre":
-            v = self._var_int(prog[1]) + prog[2]
+            v = _wrap(self._var_int(prog[1]) + prog[2])
             self.set_var(prog[1], str(v))
             return v
         if op == "post":
             v = self._var_int(prog[1])
-            self.set_var(prog[1], str(v + prog[2]))
+            self.set_var(prog[1], str(_wrap(v + prog[2])))
             return v
         if op == "un":
             v = self._aeval(prog[2])
-            return {"-": -v, "+": v, "!": int(v == 0), "~": ~v}[prog[1]]
+            return {"-": _wrap(-v), "+": v, "!": int(v == 0), "~": ~v}[prog[1]]
         if op == "assign":
             v = self._aeval(prog[2]) if prog[2] is not None else 0
             self.set_var(prog[1], str(v))
@@ -88,7 +116,7 @@ class ArithMixin:
         if op == "or":
             return int(bool(self._aeval(prog[1])) or bool(self._aeval(prog[2])))
         if op == "badnum":
-            raise self.error(f"bad number '{prog[1]}' in arithmetic")
+            _int(prog[1], self)  # raises bash's error
         return self._arith_node(prog[1])
 
     def _arith_node(self, node: Node) -> int:
@@ -115,7 +143,7 @@ class ArithMixin:
                 self.set_var(name, str(v))
                 return v
             v = self.arith(operand)
-            return {"-": -v, "+": v, "!": int(v == 0), "~": ~v}[op]
+            return {"-": _wrap(-v), "+": v, "!": int(v == 0), "~": ~v}[op]
         if t == "postfix_expression":
             name = _text(node.children[0])
             op = _text(node.children[1])
@@ -154,14 +182,12 @@ class ArithMixin:
     def _var_int(self, name: str) -> int:
         value = self.vars.get(name) if name.isidentifier() else self._get(name)
         if value is None:
+            if "u" in self.shell_options:
+                self._fatal(f"{name}: unbound variable")
             return 0
-        if value.isdecimal():
-            return int(value)
-        if value.strip() == "":
-            return 0
-        if re.fullmatch(r"\s*-?\d+\s*", value):
-            return int(value)
-        return self.arith_text(value)
+        if value.isdecimal() and (value[0] != "0" or len(value) == 1):
+            return _wrap(int(value))
+        return self.arith_text(value)  # a variable's value is an expression in its own right
 
 
 
@@ -254,29 +280,96 @@ def _arith_text_prog(text: str) -> tuple | None:  # type: ignore[type-arg]
 
 
 
+_MASK = (1 << 64) - 1
+_MIN = -(1 << 63)
+
+
+def _wrap(v: int) -> int:
+    """Bash arithmetic is 64-bit two's complement: results wrap around."""
+    if _MIN <= v <= -_MIN - 1:
+        return v
+    return ((v - _MIN) & _MASK) + _MIN
+
+
+class BadNumber(ValueError):
+    """An integer constant bash rejects; ``args[0]`` is bash's message."""
+
+
+def _digit(c: str, base: int) -> int:
+    if c.isdigit():
+        return ord(c) - 48
+    if "a" <= c <= "z":
+        return ord(c) - 87
+    if "A" <= c <= "Z":
+        return ord(c) - (55 if base <= 36 else 29)
+    if c == "@":
+        return 62
+    if c == "_":
+        return 63
+    return -1
+
+
 def _parse_int(text: str) -> int:
-    if "#" in text:
-        base, digits = text.split("#", 1)
-        return int(digits, int(base))
-    if text.lower().startswith(("0x", "-0x")):
-        return int(text, 16)
-    if len(text.lstrip("-")) > 1 and text.lstrip("-").startswith("0"):
-        return int(text, 8)
-    return int(text)
+    """An integer constant as bash's ``strlong`` reads it: ``0x`` hex, leading ``0`` octal,
+    ``BASE#DIGITS`` with bases 2 to 64, 64-bit wrap-around; BadNumber with bash's message."""
+    if text[:1] == "-":
+        return _wrap(-_parse_int(text[1:]))
+    if text.isdecimal() and (text[0] != "0" or len(text) == 1):
+        return _wrap(int(text))  # the usual case
+    s, i, base, found = text, 0, 10, False
+    if s[:1] == "0":
+        i = 1
+        if len(s) == 1:
+            return 0
+        if s[1] in "xX":
+            base, i = 16, 2
+        else:
+            base = 8
+        found = True
+    val = 0
+    while i < len(s):
+        c = s[i]
+        i += 1
+        if c == "#":
+            if found:
+                raise BadNumber("invalid number")
+            if val < 2 or val > 64:
+                raise BadNumber("invalid arithmetic base")
+            base, val, found = val, 0, True
+            if i >= len(s) or not 0 <= _digit(s[i], base) < base:
+                raise BadNumber("invalid integer constant")
+            continue
+        d = _digit(c, base)
+        if d < 0:
+            raise BadNumber("invalid number")
+        if d >= base:
+            raise BadNumber("value too great for base")
+        val = (val * base + d) & _MASK
+    return _wrap(val)
 
 
 def _int(text: str, interp: Interpreter) -> int:
     try:
         return _parse_int(text)
-    except ValueError:
-        raise interp.error(f"bad number '{text}' in arithmetic")
+    except BadNumber as exc:
+        interp.arith_error(text.lstrip("-"), str(exc), text.lstrip("-"))
+        raise AssertionError("arith_error returned")  # pragma: no cover
+
+
+def _shl(a: int, b: int) -> int:
+    return _wrap(a << (b & 63))  # x86 shifts count modulo 64, as bash's C does
+
+
+def _shr(a: int, b: int) -> int:
+    return a >> (b & 63)
 
 
 _BINOPS = {
-    "+": operator.add, "-": operator.sub, "*": operator.mul, "**": operator.pow,
+    "+": lambda a, b: _wrap(a + b), "-": lambda a, b: _wrap(a - b),
+    "*": lambda a, b: _wrap(a * b),
     "<": lambda a, b: int(a < b), ">": lambda a, b: int(a > b), "<=": lambda a, b: int(a <= b),
     ">=": lambda a, b: int(a >= b), "==": lambda a, b: int(a == b),
-    "!=": lambda a, b: int(a != b), "<<": operator.lshift, ">>": operator.rshift,
+    "!=": lambda a, b: int(a != b), "<<": _shl, ">>": _shr,
     "&": operator.and_, "|": operator.or_, "^": operator.xor, ",": lambda a, b: b,
 }
 
@@ -286,13 +379,19 @@ def _binop(op: str, a: int, b: int, interp: Interpreter) -> int:
     if fn is not None:
         return fn(a, b)  # type: ignore[no-any-return]
     if op in ("/", "%") and b == 0:
-        raise interp.error("division by zero in arithmetic")
+        interp.arith_error(f"{a}{op}{b}", "division by 0", str(b))
     if op == "/":
+        if a == _MIN and b == -1:
+            return _MIN
         q = abs(a) // abs(b)
         return q if (a >= 0) == (b >= 0) else -q
     if op == "%":
+        if b == -1:
+            return 0
         r = abs(a) % abs(b)
         return r if a >= 0 else -r
-    raise interp.error(f"unsupported arithmetic operator '{op}'", Unsupported)
-
-
+    if op == "**":
+        if b < 0:
+            interp.arith_error(f"{a}**{b}", "exponent less than 0", str(b))
+        return _wrap(pow(a, b, 1 << 64))
+    raise interp.error(f"arithmetic operator '{op}'", Unsupported)
