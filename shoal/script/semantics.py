@@ -24,7 +24,8 @@ POSITIONAL_KINDS = {
 _LIST_FIELDS = (
     "aliases", "with_value", "optional_value", "input_options", "output_options", "append_flags",
     "inplace_flags", "keep_flags", "stdout_flags", "decompress_flags", "prefix_options",
-    "barrier_options", "dir_flags", "parents_flags", "skip_unless",
+    "barrier_options", "dir_flags", "parents_flags", "skip_unless", "flags",
+    "side_output_options",
 )
 
 
@@ -43,6 +44,23 @@ class Spec:
 
     def has(self, key: str, opt: str) -> bool:
         return opt in self.lists.get(key, ())
+
+    def long_option(self, name: str) -> str | None:
+        """The long option ``name`` (``--x``) means, as getopt_long reads it: itself if listed,
+        else the one listed option it abbreviates (``--var`` = ``--variable``), else None.
+        Abbreviations are resolved only for programs that list their ``flags`` too (then the
+        table names every long option); several candidates that disagree are ambiguous."""
+        known = self.lists.get("with_value", frozenset()) | self.lists.get("flags", frozenset())
+        if name in known:
+            return name
+        if not self.lists.get("flags"):
+            return None
+        cands = sorted(o for o in known if o.startswith(name) and o[:2] == "--")
+        if not cands:
+            return None
+        roles = {tuple(k for k, v in self.lists.items() if o in v and k != "aliases")
+                 for o in cands}
+        return cands[0] if len(roles) == 1 else None
 
 
 @dataclass
@@ -114,8 +132,8 @@ class Semantics:
         tpl = spec.shapes.get(shape)
         if tpl is None:
             tpl = spec.shapes[shape] = _parse_shape(spec, shape)
-        opt_tpl, flags, pos_idx, barrier_reason, append, inplace, in_opts, out_opts, prefix_opt \
-            = tpl
+        opt_tpl, flags, pos_idx, barrier_reason, append, inplace, in_opts, out_opts, prefix_opt, \
+            side_opts = tpl
         # (option, value, argv index, prefix); an index in place of a value: args[index]
         opts = [(o, args[v] if type(v) is int else v, idx, p) for o, v, idx, p in opt_tpl]
         pos = [(args[k], k + 1) for k in pos_idx]
@@ -139,6 +157,9 @@ class Semantics:
         for k in in_opts:
             _o, v, idx, p = opts[k]
             use(v, IN, idx, p)
+        for k in side_opts:
+            _o, v, idx, p = opts[k]
+            use(v, OUT, idx, p)
         prefix_dir = None if prefix_opt is None else opts[prefix_opt][1]
 
         if spec.name in ("awk", "gawk", "mawk"):
@@ -284,11 +305,12 @@ def _parse_shape(spec: Spec, shape: tuple[str, ...]) -> tuple:  # type: ignore[t
             break
         if a.startswith("--") and len(a) > 2:
             name, eq, val = a.partition("=")
+            name = spec.long_option(name) or name
             if spec.has("with_value", name) and not eq and i + 1 < n:
                 opts.append((name, i + 1, i + 2, ""))
                 i += 1
             elif eq:
-                opts.append((name, val, i + 1, name + "="))
+                opts.append((name, val, i + 1, a[: len(a) - len(val)]))
             flags.add(name)
         elif a.startswith("-") and len(a) > 1:
             j = 1
@@ -320,10 +342,12 @@ def _parse_shape(spec: Spec, shape: tuple[str, ...]) -> tuple:  # type: ignore[t
     inplace = any(spec.has("inplace_flags", f) for f in flags)
     in_opts = [k for k, o in enumerate(opts) if spec.has("input_options", o[0])]
     out_opts = [k for k, o in enumerate(opts) if spec.has("output_options", o[0])]
+    side_opts = [k for k, o in enumerate(opts) if spec.has("side_output_options", o[0])]
     prefix_opt = next((k for k, o in enumerate(opts) if spec.has("prefix_options", o[0])), None)
     if spec.skip and not any(spec.has("skip_unless", f) for f in flags):
         pos = pos[spec.skip:]
-    return (opts, flags, pos, barrier_reason, append, inplace, in_opts, out_opts, prefix_opt)
+    return (opts, flags, pos, barrier_reason, append, inplace, in_opts, out_opts, prefix_opt,
+            side_opts)
 
 
 def _join(cwd: str, path: str) -> str:
