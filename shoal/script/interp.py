@@ -193,20 +193,20 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
     def _x_declaration_command(self, node: Node) -> int:
         kind = _text(node.children[0])
         export = kind == "export"
-        for c in node.children[1:]:
-            if c.type == "variable_assignment":
-                self._assign_node(c, local=kind in ("local", "declare", "typeset"))
-                name = _text(c.child_by_field_name("name"))  # type: ignore[arg-type]
-            elif c.type in ("variable_name", "word"):
-                name = self.expand_str(c)
+        # adjacent nodes are one word (tree-sitter splits `v=$d/$m.nc`)
+        for raw in self.word_texts([c for c in node.children[1:]
+                                    if c.is_named and c.type != "comment"]):
+            if _ASSIGN.match(raw):
+                name, append, value = self._split_assign(raw)
+                self._assign(name, append, value, local=kind in ("local", "declare", "typeset"))
+            else:
+                name = self.expand_str(raw)
                 if name.startswith("-"):
                     if "x" in name:
                         export = True
                     continue
                 if kind == "local":
                     self.set_var(name, self.vars.get(name, ""), local=True)
-            else:
-                continue
             if export:
                 self._check_guard("export")
                 self.exported.add(name)

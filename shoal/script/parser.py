@@ -7,7 +7,6 @@ naming its line, so a syntax error never reaches the interpreter.
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 
 import tree_sitter
@@ -36,51 +35,13 @@ def _first_error(node: Node) -> Node | None:
     return node
 
 
-@lru_cache(maxsize=1)
-def _dollar_query() -> tree_sitter.QueryCursor:
-    lang = tree_sitter.Language(tree_sitter_bash.language())
-    return tree_sitter.QueryCursor(tree_sitter.Query(lang, '(concatenation "$" @d)'))
-
-
-# tree-sitter-bash 0.25 splits `${f}_$n.nc` into `${f}_$` and a separate word `n.nc`.
-# Where that happens its tree has a concatenation ending in a bare `$` right before a name;
-# spelling that expansion `${n}` (same line, same meaning) makes it parse as bash does.
-_SUSPECT = re.compile(rb"\}\w*\$[A-Za-z_]")
-
-
-def _repair(source: bytes, root: Node) -> bytes | None:
-    if not _SUSPECT.search(source):
-        return None
-    fixes: list[int] = []
-    for node in _dollar_query().captures(root).get("d", []):
-        parent = node.parent
-        end = node.end_byte
-        if parent is not None and parent.children[-1] == node and end < len(source) and (
-                chr(source[end]).isalpha() or source[end:end + 1] == b"_"):
-            fixes.append(node.start_byte)
-    if not fixes:
-        return None
-    out = bytearray()
-    pos = 0
-    for start in sorted(set(fixes)):
-        m = re.match(rb"\$([A-Za-z_]\w*)", source[start:])
-        assert m is not None
-        out += source[pos:start] + b"${" + m.group(1) + b"}"
-        pos = start + m.end()
-    out += source[pos:]
-    return bytes(out)
-
-
 def parse(source: bytes, script: str = "script") -> Node:
-    """Parse ``source`` and return the root ``program`` node; raise ScriptError on a syntax error."""
-    tree = _parser().parse(source)
-    for _ in range(8):
-        fixed = _repair(source, tree.root_node)
-        if fixed is None:
-            break
-        source = fixed
-        tree = _parser().parse(source)
-    root = tree.root_node
+    """Parse ``source`` and return the root ``program`` node; raise ScriptError on a syntax error.
+
+    tree-sitter-bash's word boundaries are not bash's (``$a/$b.nc`` may come out as two
+    nodes): the interpreter joins adjacent nodes and reads words from their source text.
+    """
+    root = _parser().parse(source).root_node
     if root.has_error:
         bad = _first_error(root)
         assert bad is not None
