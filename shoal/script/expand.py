@@ -129,7 +129,8 @@ class ExpandMixin:
         try:
             return parse_word(text, mode)
         except WordError as e:
-            raise self.error(f"{e.message}: '{text}'", Unsupported) from None
+            msg = e.message if text in e.message else f"{e.message} in '{text}'"
+            raise self.error(msg, Unsupported) from None
 
     # ------------------------------------------------------------------ argument words
     def expand_words(self, nodes: list[Node]) -> list[str]:
@@ -146,8 +147,10 @@ class ExpandMixin:
                 try:
                     alts = brace_expand(text)
                 except WordError as e:
-                    raise self.error(f"{e.message}: '{text}'", Unsupported) from None
+                    raise self.error(f"{e.message} in '{text}'", Unsupported) from None
                 for alt in alts:
+                    if not alt:
+                        continue  # an empty unquoted word is removed: x{,b} -> x xb
                     if is_plain(alt):
                         out.append(alt)
                     else:
@@ -312,6 +315,8 @@ class ExpandMixin:
             matches = self.fs.glob(pattern, self.cwd)
             if matches:
                 return matches
+            if "nullglob" in self.shopt:
+                return []
         return ["".join(t for t, _ in fl)]
 
     # ------------------------------------------------------------------ parameters
@@ -394,7 +399,7 @@ class ExpandMixin:
             if op in (":-", "-", ":+", "+"):
                 if unset == (op in (":-", "-")):
                     # the word keeps its own quoting: ${x:-"a b"} is one field, ${x:-a b} two
-                    self._parts_into(self._quoted_parts(self._parse(arg, mode), quoted), f)
+                    self._operand_into(self._parse(arg, mode), quoted, f)
                     return
                 result = value or ""
             elif op in (":=", "="):
@@ -441,12 +446,20 @@ class ExpandMixin:
             raise self.error(f"unsupported parameter operator '{op}'", Unsupported)
         self._value_into(result, f, quoted)
 
-    @staticmethod
-    def _quoted_parts(parts: tuple, quoted: bool) -> tuple:  # type: ignore[type-arg]
-        if not quoted:
-            return parts
-        return tuple((p[0], p[1], True) if p[0] == LIT else
-                     ((*p[:-1], True) if p[0] != TILDE else p) for p in parts)
+    def _operand_into(self, parts: tuple, quoted: bool, f: _Fields) -> None:  # type: ignore[type-arg]
+        """The word of ``${v:-word}`` / ``${v:+word}``: inside double quotes all of it is
+        quoted; outside, its unquoted literals are split like any expansion's result."""
+        ifs = self.vars.get("IFS", _DEFAULT_IFS)
+        for p in parts:
+            if p[0] == LIT:
+                if quoted or p[2]:
+                    f.lit(p[1], True)
+                else:
+                    f.split(p[1], ifs)
+            elif p[0] == TILDE:
+                f.lit(self._tilde(p[1]), True)
+            else:
+                self._parts_into(((*p[:-1], quoted or p[-1]),), f)
 
     # ------------------------------------------------------------------ command substitution
     def substitute(self, body: str) -> str:
