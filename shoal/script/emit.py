@@ -132,6 +132,11 @@ class EmitMixin:
         if r.type == "herestring_redirect":
             st.heredoc = self.expand_str(_named(r)[-1]) + "\n"
             return
+        fd, op, target = self.redirect_parts(r, glued)
+        st.redirects.append(Redirect(fd, op, self.expand_str(target)))
+
+    def redirect_parts(self, r: Node, glued: str = "") -> tuple[str, str, str]:
+        """(fd, operator, target source text) of a file redirection."""
         fd = ""
         op = ""
         dest: list[Node] = []
@@ -150,7 +155,7 @@ class EmitMixin:
         if len(words) > 1:
             raise self.error(f"redirection target of several words: {' '.join(words)}",
                              Unsupported)
-        st.redirects.append(Redirect(fd, op, self.expand_str(words[0])))
+        return fd, op, words[0]
 
     def _heredoc_text(self, body: Node) -> str:
         return self.expand_str(_text(body), "heredoc")
@@ -160,7 +165,8 @@ class EmitMixin:
         line = self.line
         cwd = self.cwd
         step = Step(len(self.steps), line, stages, groups, connectors, negated, cwd,
-                    self._env_diff())
+                    self._env_diff(), options=frozenset(self.shell_options),
+                    shopt=frozenset(self.shopt))
         for d in self._control:
             step.after |= d
         compound = len(groups) > 1

@@ -472,9 +472,8 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         if r.type == "herestring_redirect":
             return (self.expand_str(_named(r)[-1]) + "\n").splitlines()
         if r.type == "file_redirect" and any(c.type == "<" for c in r.children):
-            dest = r.child_by_field_name("destination")
-            assert dest is not None
-            return self._read_static_file(self.expand_str(dest)).splitlines()
+            return self._read_static_file(self.expand_str(self.redirect_parts(r)[2])
+                                          ).splitlines()
         return None
 
     def _read_static_file(self, name: str) -> str:
