@@ -32,8 +32,9 @@ class Cluster:
     deps: set[int] = field(default_factory=set)
 
 
-def chain_clusters(dag: Dag) -> list[Cluster]:
-    """Linear (chain) clustering; see the module docstring."""
+def chain_clusters(dag: Dag, cut: set[int] | frozenset[int] = frozenset()) -> list[Cluster]:
+    """Linear (chain) clustering; see the module docstring. Steps in ``cut`` start a cluster
+    (the runner releases those clusters itself, in script order)."""
     n = len(dag.steps)
     cluster_of = [-1] * n
     clusters: list[Cluster] = []
@@ -42,7 +43,7 @@ def chain_clusters(dag: Dag) -> list[Cluster]:
         preds = dag.preds[v]
         best = -1
         pred_clusters = {cluster_of[q] for q in preds}
-        for p in sorted(preds, reverse=True):  # prefer the latest predecessor
+        for p in [] if v in cut else sorted(preds, reverse=True):  # prefer the latest one
             c = clusters[cluster_of[p]]
             if continued[p] or c.steps[-1] != p or len(pred_clusters) - 1 > len(c.deps):
                 continue
@@ -100,8 +101,12 @@ def single_clusters(dag: Dag) -> list[Cluster]:
 ALGORITHMS = {"chains": chain_clusters, "swamp": swamp_clusters, "none": single_clusters}
 
 
-def partition(dag: Dag, algorithm: str = "chains") -> list[Cluster]:
-    """Cluster ``dag`` with the named algorithm."""
+def partition(dag: Dag, algorithm: str = "chains",
+              cut: set[int] | frozenset[int] = frozenset()) -> list[Cluster]:
+    """Cluster ``dag`` with the named algorithm; steps in ``cut`` start a cluster (chains and
+    one per step only: the caller does not combine ``cut`` with SWAMP)."""
+    if algorithm == "chains":
+        return chain_clusters(dag, cut)
     return ALGORITHMS[algorithm](dag)
 
 

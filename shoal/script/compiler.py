@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 
@@ -13,6 +14,7 @@ from .errors import ScriptError
 from .interp import Interpreter
 from .model import Step
 from .semantics import Semantics
+from .staging import Staging, analyze, mark_errexit
 
 
 @dataclass
@@ -42,6 +44,11 @@ class Plan:
     warnings: list[str]
     exit_status: int | None
     timings: dict[str, float]
+    # the status of the script's last statement when it is known at compile time (None: that
+    # of the last command that ran)
+    last_status: int | None = 0
+    shell: str = "/bin/bash"      # the script's interpreter: chains run under it
+    staging: Staging = field(default_factory=Staging)
 
     @property
     def steps(self) -> list[Step]:
@@ -85,13 +92,30 @@ def _compile(source: bytes, script: str, args: list[str] | None, opts: CompileOp
     t1 = time.perf_counter()
     result = interp.run_source(source)
     t2 = time.perf_counter()
+    errexit = mark_errexit(result.steps, script)
     dag = build_dag(result.steps, workdir)
+    staging = analyze(dag, errexit)
     t3 = time.perf_counter()
-    clusters = partition(dag, opts.clustering)
+    # in-order steps start their own clusters, which the runner releases in script order;
+    # SWAMP's clusters may wait in their middle, which that order could deadlock
+    algorithm = "chains" if staging.in_order and opts.clustering == "swamp" else opts.clustering
+    clusters = partition(dag, algorithm, staging.in_order)
     t4 = time.perf_counter()
     return Plan(script, dag, clusters, result.unknown, result.warnings, result.exit_status,
                 {"setup": t1 - t0, "interpret": t2 - t1, "dag": t3 - t2, "cluster": t4 - t3,
-                 "total": t4 - t0})
+                 "total": t4 - t0}, last_status=interp.last_status,
+                shell=interpreter(source), staging=staging)
+
+
+def interpreter(source: bytes) -> str:
+    """The bash that runs the chains: the script's ``#!`` if it names a bash, else the
+    ``bash`` on PATH (chains need bash: ``echo -e``, ``printf -v``, ``pipefail``...)."""
+    first = source.split(b"\n", 1)[0].decode(errors="replace")
+    if first.startswith("#!"):
+        words = first[2:].split()
+        if words and os.path.basename(words[0]) == "bash" and os.access(words[0], os.X_OK):
+            return words[0]
+    return shutil.which("bash") or "/bin/bash"
 
 
 def compile_script(path: str, args: list[str] | None = None,

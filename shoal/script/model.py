@@ -53,6 +53,19 @@ class Stage:
     heredoc: str | None = None
 
 
+# `set` options the runner puts in front of a command (errexit is modelled by the runner)
+RUN_OPTIONS = {"pipefail": "pipefail", "u": "nounset", "f": "noglob", "C": "noclobber"}
+
+
+def option_prologue(options: frozenset[str], shopt: frozenset[str]) -> str:
+    """``set -o ...; shopt -s ...;`` for the options a command must run with ('' if none)."""
+    names = sorted(RUN_OPTIONS[o] for o in options if o in RUN_OPTIONS)
+    text = f"set -o {' -o '.join(names)}; " if names else ""
+    if shopt:
+        text += f"shopt -s {' '.join(sorted(shopt))}; "
+    return text
+
+
 @dataclass
 class Step:
     """A node of the DAG: one command line of the script as bash would run it.
@@ -74,6 +87,12 @@ class Step:
     after: set[int] = field(default_factory=set)  # control dependencies (`a && b`)
     programs: list[str] = field(default_factory=list)
     mkdirs: list[str] = field(default_factory=list)  # directories this step creates
+    # shell options in force at this command: `set` letters ("e", "u", "x", "f", "C", ...) and
+    # "pipefail"; `shopt -s` names. The runner runs the command with those that change how it
+    # runs (RUN_OPTIONS); errexit it models itself (``errexit``, filled by the compiler).
+    options: frozenset[str] = frozenset()
+    shopt: frozenset[str] = frozenset()
+    errexit: bool = False                   # a failure here ends the script (`set -e`)
 
     def render(self, subst: dict[tuple[int, str, int], str | None] | None = None) -> str:
         """The step as one ``sh`` command line, with words replaced as ``subst`` says.

@@ -43,6 +43,8 @@ from typing import IO, Any
 
 from .cluster import Cluster
 from .compiler import Plan
+from .model import option_prologue
+from .staging import materialize
 
 SKIPPED = "skip"
 
@@ -78,6 +80,7 @@ class RunReport:
     scratch_shm: int = 0
     scratch_disk: int = 0
     interrupted: bool = False
+    stopped_at: int | None = None   # the step where `set -e` ended the script
     backend: str = ""
     shm_scope: str = "shared"
     agent_of: dict[int, str | None] = field(default_factory=dict)  # cluster -> agent it ran on
@@ -159,39 +162,76 @@ class _Layout:
 
 def _chain_script(plan: Plan, cluster: Cluster, lay: _Layout, local_delete: dict[int, list[int]]
                   ) -> str:
-    """The ``sh`` program that runs one cluster's steps in order."""
+    """The bash program that runs one cluster's steps in order.
+
+    Each step records its status: a number, ``skip`` (a `&&` before it failed: bash does not
+    run it) or ``dead`` (`set -e`: the script stopped before it). Without `set -e` a failure
+    stops nothing else, as in bash; the DAG's other edges only order.
+    """
     dag = plan.dag
+    stg = plan.staging
     inside = set(cluster.steps)
     r = shlex.quote(lay.root)
-    out = ["#!/bin/sh", f"# cluster {cluster.id} of {plan.script}", f"R={r}",
+    out = [f"#!{plan.shell}", f"# cluster {cluster.id} of {plan.script}", f"R={r}",
            # mkdir is atomic: a chain dispatched twice (e.g. a retry after a lost agent) runs once
            f'mkdir "$R/started/{cluster.id}" 2>/dev/null || exit 0',
-           '_ok() { [ "$(cat "$R/st/$1" 2>/dev/null)" = 0 ]; }']
+           # status of a step of another cluster, without a fork
+           '_st() { _v=; read -r _v <"$R/st/$1" 2>/dev/null || :; }',
+           '_live() { case $1 in 0|skip) return 0;; esac; return 1; }']
     mine = lay.cluster_shm.get(cluster.id)
     if mine is not None:
         # node-local memory scratch: this chain's own directory on the node it runs on,
         # removed when the chain ends (also when it is stopped)
         out += [f"M={shlex.quote(mine)}", 'mkdir -p "$M" || exit 1',
                 "trap 'rm -rf \"$M\"' EXIT", "trap 'exit 143' HUP INT TERM"]
+    # the options commands run with: once for the chain when its steps agree
+    prologues = {v: option_prologue(dag.steps[v].options, dag.steps[v].shopt)
+                 for v in cluster.steps}
+    shared = len(set(prologues.values())) == 1
+    if shared and prologues[cluster.steps[0]]:
+        out.append(prologues[cluster.steps[0]].rstrip("; "))
     for v in cluster.steps:
         s = dag.steps[v]
-        conds = []
+        dead: list[str] = []   # a predecessor ended the script (set -e)
+        skip: list[str] = []   # a `&&` before this step failed
         for p in sorted(dag.preds[v]):
-            conds.append(f'[ "$s{p}" = 0 ]' if p in inside else f"_ok {p}")
+            val = f'"$s{p}"' if p in inside else '"$_v"'
+            get = "" if p in inside else f"_st {p}; "
+            if p in s.after:
+                skip.append(f"{{ {get}[ {val} = 0 ]; }}")
+            elif stg.on:
+                test = f"_live {val}" if dag.steps[p].errexit else f"[ {val} != dead ]"
+                dead.append(f"{{ {get}{test}; }}")
         prefix_of = {u.loc: u.prefix for u in s.uses if u.loc is not None}
         subst: dict[tuple[int, str, int], str | None] = {}
         for loc, gid in dag.subst[v].items():
             subst[loc] = None if gid < 0 else prefix_of.get(loc, "") + lay.scratch_path(plan, gid)
+        if stg.on:
+            for loc, gid in stg.subst[v].items():
+                subst[loc] = prefix_of.get(loc, "") + lay.scratch_path(plan, gid)
         out.append(f"# step {v}, line {s.line}")
         if v in dag.noop:
             body = ":"
         else:
             cmd = s.render(subst)
             env = "".join(f"export {k}={shlex.quote(val)}; " for k, val in sorted(s.env.items()))
-            body = (f"( cd {shlex.quote(s.cwd)} && {env}{cmd}\n) >\"$R/out/{v}\" "
+            opts = "" if shared else prologues[v]
+            if "x" in s.options:  # the trace of the command only (bash traces to stderr)
+                opts += "set -x; "
+            body = (f"( cd {shlex.quote(s.cwd)} && {env}{opts}{cmd}\n) >\"$R/out/{v}\" "
                     f"2>\"$R/err/{v}\" </dev/null")
-        if conds:
-            out.append(f"if {' && '.join(conds)}; then {body}\ns{v}=$?\nelse s{v}={SKIPPED}; fi")
+        branches = []
+        if stg.on:
+            branches.append('[ -e "$R/dead" ]')
+        if dead:
+            branches.append("! { " + " && ".join(dead) + "; }")
+        lines = [f"{'if' if k == 0 else 'elif'} {c}; then s{v}=dead"
+                 for k, c in enumerate(branches)]
+        if skip:
+            lines.append(f"{'elif' if lines else 'if'} ! {{ {' && '.join(skip)}; }}; "
+                         f"then s{v}={SKIPPED}")
+        if lines:
+            out += lines + [f"else {body}", f"s{v}=$?", "fi"]
         else:
             out.append(f"{body}\ns{v}=$?")
         out.append(f'echo "$s{v}" >"$R/st/{v}"')
@@ -202,31 +242,68 @@ def _chain_script(plan: Plan, cluster: Cluster, lay: _Layout, local_delete: dict
     return "\n".join(out) + "\n"
 
 
-class _Printer:
-    """Prints each step's captured stdout/stderr, in script order, as steps finish."""
+class _Frontier:
+    """Follows the steps in script order as their statuses arrive: prints each step's output
+    (so it reads as bash's would), finds where `set -e` stops the script, defers the deletion
+    of intermediates that the place where the script stops may still need, and says when an
+    in-order step may start."""
 
     def __init__(self, plan: Plan, lay: _Layout, opts: RunOptions) -> None:
+        self.plan = plan
         self.n = len(plan.dag.steps)
-        self.next = 0
+        self.next = 0                  # every step before it has finished, in script order
+        self.stopped: int | None = None  # the step where set -e ended the script
         self.lay = lay
         self.out = opts.stdout or sys.stdout
         self.err = opts.stderr or sys.stderr
-        self.done: set[int] = set()
+        self.done: set[int] = set()    # steps whose cluster has finished
+        self.status: dict[int, str] = {}
 
-    def finished(self, steps: list[int]) -> None:
-        self.done.update(steps)
-        while self.next < self.n and self.next in self.done:
-            for kind, stream in (("out", self.out), ("err", self.err)):
-                path = os.path.join(self.lay.root, kind, str(self.next))
-                try:
-                    with open(path, encoding="utf-8", errors="replace") as f:
-                        text = f.read()
-                except OSError:
-                    continue
-                if text:
-                    stream.write(text)
-                    stream.flush()
+    def advance(self, finished: list[int] | None = None) -> None:
+        if finished:
+            self.done.update(finished)
+        if self.stopped is not None:
+            return
+        errexit = self.plan.staging.on
+        while self.next < self.n:
+            v = self.next
+            st = self._status(v)
+            if st is None:
+                return
+            self.status[v] = st
+            self._print(v)
             self.next += 1
+            if errexit and st not in ("0", SKIPPED, "dead") and self.plan.dag.steps[v].errexit:
+                self.stopped = v
+                try:
+                    with open(os.path.join(self.lay.root, "dead"), "w"):
+                        pass
+                except OSError:
+                    pass
+                return
+
+    def _status(self, v: int) -> str | None:
+        """The status of ``v``, or None while it may still run."""
+        try:
+            with open(os.path.join(self.lay.root, "st", str(v))) as f:
+                text = f.read().strip()
+        except OSError:
+            text = ""
+        if text:
+            return text
+        return SKIPPED if v in self.done else None  # empty: not written yet
+
+    def _print(self, v: int) -> None:
+        for kind, stream in (("out", self.out), ("err", self.err)):
+            path = os.path.join(self.lay.root, kind, str(v))
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            if text:
+                stream.write(text)
+                stream.flush()
 
 
 def _read_status(lay: _Layout, v: int) -> str:
@@ -275,21 +352,26 @@ def _run_plan(plan: Plan, workdir: str, opts: RunOptions, t0: float, backend: st
     if scope not in ("shared", "cluster"):
         scope = "shared"
     cluster_of = {v: c.id for c in plan.clusters for v in c.steps}
+    stg = plan.staging
     # scratch files used by one cluster only are deleted by that chain after their last user
+    # (under set -e by the runner: only once the command that ends them is known to run)
     local_delete: dict[int, list[int]] = {}
     client_delete: dict[int, set[int]] = {}  # group -> clusters that must finish first
     single: dict[int, int] = {}  # group -> the only cluster using it
     for gid, users in dag.scratch_users.items():
         cl = {cluster_of[u] for u in users}
         if len(cl) == 1:
+            single[gid] = next(iter(cl))
+        if len(cl) == 1 and not stg.on:
             order = plan.clusters[next(iter(cl))].steps
             last = max(users, key=order.index)
             local_delete.setdefault(last, []).append(gid)
-            single[gid] = next(iter(cl))
         else:
             client_delete[gid] = cl
     lay = _Layout(plan, os.path.abspath(workdir), opts,
                   node_local=single if scope == "cluster" else None)
+    for gid in stg.staged:  # staged final files: on disk, next to the real ones
+        lay.place[gid] = lay.disk
     report = RunReport(scratch_shm=lay.shm_count, scratch_disk=lay.disk_count, shm_scope=scope)
     scripts = []
     for c in plan.clusters:
@@ -297,57 +379,91 @@ def _run_plan(plan: Plan, workdir: str, opts: RunOptions, t0: float, backend: st
         with open(path, "w") as f:
             f.write(_chain_script(plan, c, lay, local_delete))
         scripts.append(path)
-    printer = _Printer(plan, lay, opts)
+    front = _Frontier(plan, lay, opts)
     pending_delete = {gid: set(cl) for gid, cl in client_delete.items()}
+    # in-order steps start clusters that the runner releases when the frontier reaches them
+    gated = {cid: c.steps[0] for cid, c in enumerate(plan.clusters) if c.steps[0] in stg.in_order}
 
-    def cluster_done(cid: int) -> None:
-        printer.finished(plan.clusters[cid].steps)
-        for gid in list(pending_delete):
-            pending_delete[gid].discard(cid)
-            if not pending_delete[gid]:
-                del pending_delete[gid]
-                try:
-                    os.unlink(lay.scratch_path(plan, gid))
-                except OSError:
-                    pass
+    def progress(cid: int | None) -> list[int]:
+        """A cluster finished (or a periodic look): advance; return clusters now released."""
+        if cid is not None:
+            front.advance(plan.clusters[cid].steps)
+            for gid in pending_delete:
+                pending_delete[gid].discard(cid)
+        else:
+            front.advance()
+        for gid in [g for g, cl in pending_delete.items() if not cl]:
+            if stg.on and (front.stopped is not None or stg.ends.get(gid, front.n) >= front.next):
+                continue  # the place where the script stops may still need it
+            del pending_delete[gid]
+            try:
+                os.unlink(lay.scratch_path(plan, gid))
+            except OSError:
+                pass
+        if front.stopped is not None:
+            return []
+        opened = [c for c, first in gated.items() if first <= front.next]
+        for c in opened:
+            del gated[c]
+        return opened
 
     report.backend = backend
     try:
         if ex is not None:
             prefer = _main_producers(plan, cluster_of) if opts.locality and len(agents) > 1 \
                 else {}
-            _run_shoal(ex, plan, scripts, workdir, prefer, cluster_done, report)
+            _run_shoal(ex, plan, scripts, workdir, prefer, progress, set(gated), report)
         else:
-            _run_threads(plan, scripts, workdir, opts, cluster_done)
+            _run_threads(plan, scripts, workdir, opts, progress, set(gated))
     except KeyboardInterrupt:
         report.interrupted = True
     finally:
-        for v in range(len(dag.steps)):
-            report.status[v] = _read_status(lay, v)
         if not report.interrupted:
-            printer.finished(list(range(len(dag.steps))))
+            front.advance(list(range(len(dag.steps))))
+            if stg.on:
+                last = front.stopped if front.stopped is not None else len(dag.steps) - 1
+                physical = {gid: lay.scratch_path(plan, gid) for gid in lay.place}
+                for msg in materialize(dag, stg, last, physical):
+                    print(f"shoal script: {msg}", file=opts.stderr or sys.stderr)
+        for v in range(len(dag.steps)):
+            report.status[v] = front.status.get(v) or _read_status(lay, v)
         lay.remove(keep_run_dir=opts.keep_run_dir and not report.interrupted)
         if report.interrupted and lay.cluster_shm and opts.connect and ex is not None:
             # chains stopped with SIGKILL on other nodes could not remove their memory
             # directories: remove them there with one pinned command per agent
             _sweep_agents(opts.connect, f"{lay.shm}-c")
+    report.stopped_at = front.stopped
     for v, st in report.status.items():
-        if st == SKIPPED:
+        if st in (SKIPPED, "dead"):
             report.skipped.append(v)
         elif st != "0":
             report.failed.append(v)
-    if report.interrupted:
-        report.exit_code = 130
-    elif report.failed:
-        first = dag.steps[report.failed[0]]
-        code = int(report.status[first.id]) if report.status[first.id].isdigit() else 1
-        report.exit_code = code if 0 < code < 256 else 1
-    elif report.skipped:
-        report.exit_code = 1
-    else:
-        report.exit_code = plan.exit_status or 0
+    report.exit_code = _exit_code(plan, report)
     report.wall = time.perf_counter() - t0
     return report
+
+
+def _exit_code(plan: Plan, report: RunReport) -> int:
+    """What bash returns: 130 after Ctrl-C; the failing command's status where `set -e`
+    stopped the script; else `exit N`, or the last statement's status: known at compile time,
+    or that of the last command that ran."""
+    if report.interrupted:
+        return 130
+    if report.stopped_at is not None:
+        return _code(report.status[report.stopped_at])
+    if plan.exit_status is not None:
+        return plan.exit_status
+    if plan.last_status is not None:
+        return plan.last_status
+    for v in range(len(plan.steps) - 1, -1, -1):
+        if report.status.get(v, SKIPPED) not in (SKIPPED, "dead"):
+            return _code(report.status[v])
+    return 0
+
+
+def _code(status: str) -> int:
+    code = int(status) if status.isdigit() else 1
+    return code if 0 <= code < 256 else 1
 
 
 def _sweep_agents(connect: str, prefix: str, timeout: float = 10.0) -> None:
@@ -390,12 +506,14 @@ def _main_producers(plan: Plan, cluster_of: dict[int, int]) -> dict[int, int]:
 
 
 def _run_shoal(ex: Any, plan: Plan, scripts: list[str], workdir: str, prefer: dict[int, int],
-               cluster_done: Callable[[int], None], report: RunReport) -> None:
+               progress: Callable[[int | None], list[int]], gated: set[int],
+               report: RunReport) -> None:
     """Run the chains as command tasks on ``ex``.
 
     A cluster without an entry in ``prefer`` is submitted at once (with ``after=`` the clusters
     it waits for, so the head releases it). One with an entry waits until that producer
-    cluster has finished and then goes to the producer's agent (``options(prefer=)``).
+    cluster has finished and then goes to the producer's agent (``options(prefer=)``). One in
+    ``gated`` waits until ``progress`` releases it (`set -e`: every earlier step succeeded).
     """
     from shoal import Command
 
@@ -411,13 +529,18 @@ def _run_shoal(ex: Any, plan: Plan, scripts: list[str], workdir: str, prefer: di
         waiting_for.setdefault(p, []).append(cid)
     unsubmitted = [len(c.deps) for c in plan.clusters]  # deps without a future yet
     producer_done = [cid not in prefer for cid in range(n)]
+    held = set(gated)
+
+    def ready(cid: int) -> bool:
+        return unsubmitted[cid] == 0 and producer_done[cid] and cid not in held \
+            and cid not in fut_of
 
     def submit(first: int) -> None:
         stack = [first]
         while stack:
             cid = stack.pop()
             c = plan.clusters[cid]
-            cmd = Command(["/bin/sh", scripts[cid]], cwd=workdir, stdout="devnull",
+            cmd = Command([plan.shell, scripts[cid]], cwd=workdir, stdout="devnull",
                           stderr="capture")
             after = [fut_of[d] for d in sorted(c.deps)]
             where = None
@@ -433,31 +556,41 @@ def _run_shoal(ex: Any, plan: Plan, scripts: list[str], workdir: str, prefer: di
             fut.add_done_callback(lambda _f, cid=cid: done_q.put(cid))
             for e in reversed(dependents[cid]):
                 unsubmitted[e] -= 1
-                if unsubmitted[e] == 0 and producer_done[e]:
+                if ready(e):
                     stack.append(e)
+
+    def release(opened: list[int]) -> None:
+        for e in opened:
+            held.discard(e)
+            if ready(e):
+                submit(e)
 
     try:
         for c in plan.clusters:  # clusters are created in topological order
-            if unsubmitted[c.id] == 0 and producer_done[c.id] and c.id not in fut_of:
+            if ready(c.id):
                 submit(c.id)
+        release(progress(None))
         finished = 0
-        while finished < n:
+        while finished < len(fut_of):
             try:
                 cid = done_q.get(timeout=0.5)
             except queue.Empty:
+                if held:  # a step in the middle of a chain may have moved the frontier
+                    release(progress(None))
                 continue
             finished += 1
             fut = fut_of[cid]
             report.agent_of[cid] = fut.agent  # type: ignore[attr-defined]
-            cluster_done(cid)
+            opened = progress(cid)
             if not fut.cancelled() and fut.exception() is None:
                 err = fut.result().stderr  # the chain's own errors (its commands' go to files)
                 if err:
                     sys.stderr.write(err.decode(errors="replace"))
             for e in waiting_for.pop(cid, ()):
                 producer_done[e] = True
-                if unsubmitted[e] == 0:
+                if ready(e):
                     submit(e)
+            release(opened)
     except KeyboardInterrupt:
         ex.shutdown(wait=False, cancel_futures=True)
         raise
@@ -465,7 +598,7 @@ def _run_shoal(ex: Any, plan: Plan, scripts: list[str], workdir: str, prefer: di
 
 
 def _run_threads(plan: Plan, scripts: list[str], workdir: str, opts: RunOptions,
-                 cluster_done: Callable[[int], None]) -> None:
+                 progress: Callable[[int | None], list[int]], gated: set[int]) -> None:
     workers = opts.workers or os.cpu_count() or 1
     procs: dict[int, subprocess.Popen[bytes]] = {}
     lock = threading.Lock()
@@ -474,7 +607,7 @@ def _run_threads(plan: Plan, scripts: list[str], workdir: str, opts: RunOptions,
     def run(cid: int) -> int:
         if stopping.is_set():
             return cid
-        p = subprocess.Popen(["/bin/sh", scripts[cid]], cwd=workdir, stdin=subprocess.DEVNULL,
+        p = subprocess.Popen([plan.shell, scripts[cid]], cwd=workdir, stdin=subprocess.DEVNULL,
                              start_new_session=True)
         with lock:
             procs[cid] = p
@@ -488,21 +621,35 @@ def _run_threads(plan: Plan, scripts: list[str], workdir: str, opts: RunOptions,
     for c in plan.clusters:
         for d in c.deps:
             dependents[d].append(c.id)
+    held = set(gated)
     pool = cf.ThreadPoolExecutor(max_workers=workers)
     running: set[cf.Future[int]] = set()
+
+    def release(opened: list[int]) -> None:
+        for e in opened:
+            held.discard(e)
+            if remaining[e] == 0:
+                running.add(pool.submit(run, e))
+
     try:
         for c in plan.clusters:
-            if not c.deps:
+            if not c.deps and c.id not in held:
                 running.add(pool.submit(run, c.id))
+        release(progress(None))
         while running:
-            done, running = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+            done, running = cf.wait(running, timeout=0.5 if held else None,
+                                    return_when=cf.FIRST_COMPLETED)
+            if not done:
+                release(progress(None))
+                continue
             for f in done:
                 cid = f.result()
-                cluster_done(cid)
+                opened = progress(cid)
                 for s in dependents[cid]:
                     remaining[s] -= 1
-                    if remaining[s] == 0:
+                    if remaining[s] == 0 and s not in held:
                         running.add(pool.submit(run, s))
+                release(opened)
     except KeyboardInterrupt:
         stopping.set()
         with lock:
@@ -517,15 +664,20 @@ def _run_threads(plan: Plan, scripts: list[str], workdir: str, opts: RunOptions,
 
 
 def failure_report(plan: Plan, report: RunReport, workdir: str) -> list[str]:
-    """Lines naming each failing script line, and how many commands were skipped."""
+    """Lines naming each failing script line, and where `set -e` stopped the script."""
     lines = []
     for v in report.failed:
+        if report.stopped_at is not None and v > report.stopped_at:
+            continue  # bash would not have run it
         s = plan.dag.steps[v]
+        stop = " (set -e: the script stops here)" if v == report.stopped_at else ""
         lines.append(f"{plan.script}:{s.line}: command failed with exit status "
-                     f"{report.status[v]}: {s.describe()}")
-    if report.skipped:
-        lines.append(f"{plan.script}: {len(report.skipped)} command(s) skipped because a "
-                     "command they depend on failed")
+                     f"{report.status[v]}{stop}: {s.describe()}")
+    if report.stopped_at is not None:
+        later = len(plan.steps) - report.stopped_at - 1
+        if later:
+            lines.append(f"{plan.script}: {later} later command(s) left no trace, as under "
+                         "bash")
     if report.interrupted:
         lines.append(f"{plan.script}: interrupted; scratch files removed")
     return lines

@@ -1,0 +1,141 @@
+"""`set -e` as bash has it: which commands end the script when they fail, and how a run whose
+commands start early still leaves exactly what bash leaves when it stops at the first failure.
+
+Under `set -e` bash runs nothing after the first failing command (outside `&&`/`||` lists
+except their last command, `!` pipelines and conditions). The runner starts commands early
+anyway; what they do becomes visible only in script order:
+
+* every file the script writes under its real name is written to a *staged* name (a scratch
+  file on disk) and moved to its name at the end, or at the point where the script stopped;
+* commands that change files in place or remove them (in-place edits, `mv`, `rm` of real
+  files, `mkdir`, writes to names that cannot be renamed, unknown programs) are *in order*:
+  they start only once every earlier command has succeeded;
+* an intermediate is deleted only once the command that ends it (its `rm`, or the next write
+  of its name) is known to run; so when the script stops at command K, every file alive after
+  K still exists and goes to its real name.
+
+:func:`mark_errexit` runs at compile time; :func:`analyze` gives the runner its plan.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+
+from .dag import Dag
+from .errors import Unsupported
+from .model import DEL, IN, INOUT, OUT, Step
+
+
+def mark_errexit(steps: list[Step], script: str) -> bool:
+    """Set ``Step.errexit`` (a failure ends the script) from the options each step ran with.
+
+    Steps of a `&&` list item other than the last are waited for by the next item's steps
+    (``after``): bash does not stop when they fail. Returns whether any step has errexit.
+    """
+    exempt: set[int] = set()
+    for s in steps:
+        if s.after:
+            exempt |= s.after
+    anyone = False
+    for s in steps:
+        if "e" not in s.options or s.id in exempt:
+            continue
+        if len(s.groups) == 1:
+            s.errexit = not s.negated[0]
+        elif s.negated[-1]:
+            s.errexit = False  # only the last pipeline can stop the script; `!` never does
+        elif s.connectors[-1] == "||":
+            s.errexit = True  # non-zero only when the last pipeline ran and failed
+        else:
+            # `a || b && c`: non-zero if c failed (stop) or if b failed and c did not run
+            raise Unsupported("a '||' list ending in '&&' after a command known only at run "
+                              "time, under set -e", s.line, script)
+        anyone = anyone or s.errexit
+    return anyone
+
+
+@dataclass
+class Staging:
+    """What the runner does for `set -e` (empty when no step has errexit)."""
+
+    on: bool = False
+    staged: set[int] = field(default_factory=set)      # groups written under staged names
+    in_order: set[int] = field(default_factory=set)    # steps run once all before succeeded
+    subst: list[dict[tuple[int, str, int], int]] = field(default_factory=list)  # staged words
+    ends: dict[int, int] = field(default_factory=dict)  # group -> step that ends its content
+    by_path: dict[str, list[int]] = field(default_factory=dict)  # path -> versions, in order
+
+
+def analyze(dag: Dag, on: bool) -> Staging:
+    """The staging plan of ``dag``; ``on``: some step has errexit."""
+    st = Staging(on=on)
+    if not on:
+        return st
+    steps, versions, groups = dag.steps, dag.versions, dag.groups
+    # a real group is staged when all its versions are the script's and have literal names
+    for g in groups:
+        if g.real and all(versions[v].writer is not None and not versions[v].pinned
+                          for v in g.versions):
+            st.staged.add(g.id)
+    st.subst = [{} for _ in steps]
+    last_of: dict[str, int] = {}
+    for v in versions:
+        st.by_path.setdefault(v.path, []).append(v.id)
+        prev = last_of.get(v.path)
+        if prev is not None and versions[prev].deleter is None and v.writer is not None:
+            _end(st, versions[prev].group, v.writer)
+        last_of[v.path] = v.id
+        if v.deleter is not None:
+            _end(st, v.group, v.deleter)
+        if v.group not in st.staged:
+            continue
+        for sid, roles in [(v.writer, (OUT, INOUT))] + [(r, (IN, INOUT)) for r in v.readers]:
+            if sid is None:
+                continue
+            for u in steps[sid].uses:
+                if u.path == v.path and u.role in roles and u.loc is not None:
+                    st.subst[sid][u.loc] = v.group
+    for s in steps:
+        if (s.barrier or s.mkdirs
+                or any(u.role == INOUT or (u.role == DEL and s.id not in dag.noop)
+                       for u in s.uses)):
+            st.in_order.add(s.id)
+    for v in versions:  # writes under a real name that cannot be staged
+        if v.writer is not None and groups[v.group].real and v.group not in st.staged:
+            st.in_order.add(v.writer)
+    return st
+
+
+def _end(st: Staging, group: int, step: int) -> None:
+    if step > st.ends.get(group, -1):
+        st.ends[group] = step
+
+
+def materialize(dag: Dag, st: Staging, upto: int, physical: dict[int, str]) -> list[str]:
+    """Put on their real names the files as bash leaves them after step ``upto`` (the last one
+    run): each path's version alive then, moved from its staged or scratch file. ``physical``
+    gives the file of each non-real group. Returns error messages (best effort)."""
+    errors: list[str] = []
+    versions = dag.versions
+    for path, vids in st.by_path.items():
+        cur = None
+        for vid in vids:
+            v = versions[vid]
+            if v.writer is None or v.writer <= upto:
+                cur = v
+        if cur is None or cur.writer is None or (cur.deleter is not None
+                                                 and cur.deleter <= upto):
+            continue
+        src = physical.get(cur.group)
+        if src is None or not os.path.lexists(src):
+            continue  # a real name already, or its writer failed without writing it
+        try:
+            try:
+                os.replace(src, path)
+            except OSError:  # another file system (memory scratch, --scratch elsewhere)
+                shutil.move(src, path)
+        except OSError as exc:
+            errors.append(f"cannot move {src} to {path}: {exc.strerror}")
+    return errors
