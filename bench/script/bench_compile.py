@@ -4,7 +4,10 @@
 then per flow a gather over a glob of the 730 produced files and a 39-step chain of in-place
 edits, and rm of the intermediates: 15,000 commands (SWAMP needed ~300 s for 14,640).
 
-    python bench/script/bench_compile.py [--repeat 3] [--loops] [--keep DIR]
+    python bench/script/bench_compile.py [--repeat 3] [--loops] [--scale]
+
+--scale compiles the unrolled shape at about 1k, 15k and 100k commands and prints the time per
+command, which must stay flat (compile cost linear in the script's length).
 
 Prints the compile time (best of --repeat, wall and CPU, split into interpret / DAG / cluster;
 interpret includes parsing), and compares
@@ -33,13 +36,13 @@ from shoal.script.compiler import CompileOptions, compile_script  # noqa: E402
 FLOWS, DAYS, CHAIN = 10, 730, 39
 
 
-def unrolled() -> str:
+def unrolled(flows: int = FLOWS, days: int = DAYS) -> str:
     out = ["#!/bin/bash", "# resample-shaped workflow, written out command by command"]
-    for f in range(FLOWS):
-        for d in range(DAYS):
+    for f in range(flows):
+        for d in range(days):
             out.append(f"ncks -O -d time,{d} in_f{f}.nc day_f{f}_{d:03d}.nc")
             out.append(f"ncwa -O -a lat,lon day_f{f}_{d:03d}.nc sub_f{f}_{d:03d}.nc")
-    for f in range(FLOWS):
+    for f in range(flows):
         out.append(f"ncrcat -O sub_f{f}_*.nc flow_f{f}.nc")
         for k in range(CHAIN):
             out.append(f"ncatted -O -a step{k},global,o,i,{k} flow_f{f}.nc")
@@ -87,7 +90,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--loops", action="store_true", help="also time the loop version")
+    ap.add_argument("--scale", action="store_true", help="time per command at 1k/15k/100k")
     a = ap.parse_args()
+    if a.scale:
+        scale(a.repeat)
+        return
     with tempfile.TemporaryDirectory() as d:
         for f in range(FLOWS):
             open(os.path.join(d, f"in_f{f}.nc"), "w").close()
@@ -114,6 +121,27 @@ def main() -> None:
         ipcc = compile_script(os.path.join(os.path.dirname(__file__), "ipcc_like.sh"), [],
                               CompileOptions(cwd=d))
         compare_clusterings("ipcc_like", ipcc.dag, (2, 8, 19))
+
+
+# (flows, days) of the unrolled shape: 2*flows*days + 40*flows + 1 commands
+SCALES = {"1k": (1, 480), "15k": (FLOWS, DAYS), "100k": (10, 4980)}
+
+
+def scale(repeat: int) -> None:
+    """Compile time per command at three sizes (best of ``repeat``)."""
+    for name, (flows, days) in SCALES.items():
+        with tempfile.TemporaryDirectory() as d:
+            for f in range(flows):
+                open(os.path.join(d, f"in_f{f}.nc"), "w").close()
+            p = os.path.join(d, "unrolled.sh")
+            with open(p, "w") as fh:
+                fh.write(unrolled(flows, days))
+            best, cpu, t, plan = bench(p, d, repeat if name != "100k" else 1)
+            n = len(plan.dag.steps)  # type: ignore[attr-defined]
+            print(f"scale {name}: {n} commands compiled in {best:.3f} s (CPU {cpu:.3f} s): "
+                  f"{best / n * 1e6:.1f} us per command (interpret {t['interpret']:.3f}, "
+                  f"dag {t['dag']:.3f}, cluster {t['cluster']:.3f})")
+            del plan
 
 
 def compare_clusterings(name: str, dag, workers_list: tuple[int, ...]) -> None:  # noqa: ANN001
