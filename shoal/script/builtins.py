@@ -1,15 +1,31 @@
-"""Builtins and helpers evaluated at compile time, and command substitution."""
+"""Builtins evaluated at compile time, exactly as bash 5.2 runs them, or refused.
+
+State bash keeps for builtins lives here too: variable attributes (``declare -i/-l/-u/-r/-x``),
+the directory stack, ``getopts``' position, the ``EXIT`` trap and ``exec``'s redirections.
+What a builtin prints outside a command substitution becomes a small ``printf`` step, so it
+reaches the script's stdout/stderr in script order like every other command's output.
+"""
 
 from __future__ import annotations
 
 import os
 import re
 import subprocess
-from functools import lru_cache
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
 
+from .builtin_text import (
+    Expr,
+    echo_output,
+    getopts_step,
+    printf_native,
+    printf_plan,
+    read_fields,
+    read_record,
+)
 from .errors import ScriptError, Unsupported
-from .model import IN
+from .model import IN, Redirect, Stage
 from .nodes import (
     CAPTURE_HELPERS,
     PURE_FILTERS,
@@ -17,67 +33,410 @@ from .nodes import (
     _Break,
     _Continue,
     _Exit,
-    _named,
     _Return,
     _text,
 )
 from .parser import Node, parse
-from .words import ansi_c as _ansi_c
 
 # `set -o NAME` options that have a letter, and those that have none. Only the ones whose meaning
 # the compiler models (or that do not change what runs) are accepted.
 SET_O_LETTERS = {"errexit": "e", "nounset": "u", "xtrace": "x", "verbose": "v", "noglob": "f",
                  "noclobber": "C", "allexport": "a", "hashall": "h", "braceexpand": "B"}
 SET_O_ONLY = frozenset({"pipefail"})
+# `shopt -s/-u` names whose meaning is modelled: the glob options (expand.py's _glob_field
+# honours them) and ones that change nothing a script without aliases or a terminal does
+SHOPT_MODELLED = frozenset({"nullglob", "failglob", "dotglob", "expand_aliases", "checkwinsize",
+                            "histappend", "progcomp", "promptvars", "sourcepath",
+                            "interactive_comments", "cmdhist", "complete_fullquote",
+                            "extquote", "force_fignore", "hostcomplete"})
+_ASSIGN_WORD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=", re.S)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class _ReadonlyError(ScriptError):
+    """Assignment to a readonly variable where bash only fails the builtin (status 1)."""
 
 
 class BuiltinsMixin:
     """Static builtins, as the interpreter's mixin."""
 
-    # ------------------------------------------------------------------ builtins (static)
+    _ro_soft = 0  # > 0 inside a builtin that turns a readonly violation into status 1
+
+    def _init_builtins(self) -> None:
+        # name -> [(attribute letters, the locals frame they belong to, None: global)]
+        self._attrs: dict[str, list[tuple[set[str], dict[str, str | None] | None]]] = {}
+        self._traps: dict[str, str] = {}      # EXIT -> its command text
+        self._exec_fds: dict[str, tuple[str, str]] = {}  # fd -> ("file", path) | ("fd", "1")
+        self._getopts_at: tuple[int, int] = (1, 0)  # (OPTIND we left, index in that word)
+        self._out_redirects: list[list[Redirect]] = []  # a builtin's own output redirections
+        self._root_vars = self.vars
+
+    # ------------------------------------------------------------------ output and errors
     def _out(self, text: str) -> None:
         if not self._capture:
             raise AssertionError("static output outside a substitution")
         self._capture[-1].append(text)
 
+    def _print(self, text: str, fd: str = "1") -> None:
+        """Output of a static builtin: captured inside ``$(...)``; else a ``printf`` step, so
+        it reaches the script's stdout/stderr in script order (``exec`` redirections and the
+        builtin's own apply)."""
+        if not text:
+            return
+        own = self._out_redirects[-1] if self._out_redirects else []
+        if self._capture and fd == "1":
+            for r in own:
+                if r.fd in ("", "1") and r.op in (">", ">>", ">|", "&>", "&>>"):
+                    if r.target != "/dev/null":
+                        raise self.error("output of a builtin inside a command substitution "
+                                         f"redirected to '{r.target}'", Unsupported)
+                    return
+            self._out(text)
+            return
+        self._check_guard("output of a builtin")
+        redirects = [Redirect("", ">&", "2")] if fd == "2" else []
+        st = Stage(["printf", "%s", text], redirects + list(own), {})
+        self._emit([st], [[0]], [], [False])
+
+    def _stderr(self, message: str) -> None:
+        """An error message as bash prints it: ``SCRIPT: line N: MESSAGE``."""
+        self._print(f"{self.script}: line {self.line}: {message}\n", "2")
+
+    def _fatal(self, message: str, status: int = 1) -> NoReturn:
+        """An error that ends a non-interactive bash (an expansion error, ``set -u``): the
+        message on stderr, then exit ``status`` (a subshell or substitution ends there)."""
+        if self._guard is not None:
+            raise self.error(f"error '{message}' after a command whose exit status is known "
+                             "only when the script runs", Unsupported)
+        self._stderr(message)
+        raise _Exit(status)
+
+    # ------------------------------------------------------------------ calling builtins
+    def _builtin_call(self, method: Any, args: list[str], assigns: list[Any],
+                      redirects: list[Any]) -> int | None:
+        """A builtin with ``VAR=value`` prefixes (in effect only while it runs, as bash does
+        for regular builtins) and redirections (input it reads, output it prints)."""
+        saved: dict[str, str | None] = {}
+        for a in assigns:
+            if isinstance(a, tuple):
+                name, append, value = a
+                text = self.expand_str(value, "assign")
+            else:
+                n, v = a.child_by_field_name("name"), a.child_by_field_name("value")
+                name, append = _text(n), any(c.type == "+=" for c in a.children)
+                text = self.expand_str(v) if v is not None else ""
+            saved.setdefault(name, self.vars.get(name))
+            self.set_var(name, self._appended(name, text) if append else text)
+        try:
+            with self._redirected([r[0] if isinstance(r, tuple) else r for r in redirects],
+                                  [r[1] if isinstance(r, tuple) else "" for r in redirects]):
+                return method(args)  # type: ignore[no-any-return]
+        finally:
+            for name, old in saved.items():
+                if old is None:
+                    self.vars.pop(name, None)
+                else:
+                    self.vars[name] = old
+                self._env_gen += 1
+
+    def _static_name(self, node: Node) -> bool:
+        """Whether the command ``node`` runs a static builtin (by its literal name)."""
+        name = node.child_by_field_name("name")
+        prog = _text(name) if name is not None else ""
+        return prog in STATIC_BUILTINS and prog not in self.functions
+
+    def _static_redirected(self, body: Node, redirects: list[Node]) -> int | None:
+        """``BUILTIN ... < in > out``: a redirected_statement around a static builtin."""
+        with self._redirected(redirects, [""] * len(redirects)):
+            return self.exec_node(body)
+
+    @contextmanager
+    def _redirected(self, nodes: list[Node], glued: list[str]) -> Iterator[None]:
+        if not nodes:
+            yield
+            return
+        st = Stage([], [], {})
+        for r, g in zip(nodes, glued, strict=True):
+            self._redirect(r, st, g)
+        text: str | None = st.heredoc
+        own: list[Redirect] = []
+        for r in st.redirects:
+            if r.op == "<" and r.fd in ("", "0"):
+                text = self._read_static_file(r.target)
+            elif r.op in (">&", "<&") and (r.target.isdigit() or r.target == "-"):
+                if r.op == "<&" or r.target == "-":
+                    raise self.error(f"redirection '{r.render()}' of a builtin", Unsupported)
+                own.append(r)
+            elif r.op in (">", ">>", ">|", "&>", "&>>") and r.fd in ("", "1", "2"):
+                own.append(r)
+            else:
+                raise self.error(f"redirection '{r.render()}' of a builtin", Unsupported)
+        for r in own:  # a file written by the redirection is created even if nothing prints
+            if not r.target.isdigit() and not r.target.startswith("/dev/"):
+                if self._capture:
+                    raise self.error(f"redirection '{r.render()}' of a builtin inside a "
+                                     "command substitution", Unsupported)
+                self._check_guard("redirection")
+                self._emit([Stage(["true"], [r], {})], [[0]], [], [False])
+        own = [Redirect(r.fd, ">>" if r.op in (">", ">|") else (
+            "&>>" if r.op == "&>" else r.op), r.target) if not r.target.isdigit() and
+            not r.target.startswith("/dev/") else r for r in own]
+        if text is not None:
+            self._stdin.append([text])
+        self._out_redirects.append(own)
+        try:
+            yield
+        finally:
+            self._out_redirects.pop()
+            if text is not None:
+                self._stdin.pop()
+
+    # ------------------------------------------------------------------ variables
+    def _attr_list(self, name: str) -> set[str] | None:
+        """The attributes in force for ``name`` (entries of returned functions dropped)."""
+        stack = self._attrs.get(name)
+        while stack:
+            letters, frame = stack[-1]
+            if frame is None or any(f is frame for f in self.locals):
+                return letters
+            stack.pop()
+        if stack is not None:
+            del self._attrs[name]
+        return None
+
+    def _attr_value(self, name: str, value: str) -> str:
+        """What assigning ``value`` to ``name`` stores, given its attributes (set_var calls
+        this when any variable has attributes)."""
+        a = self._attr_list(name)
+        if not a:
+            return value
+        if "r" in a:
+            if self._ro_soft:
+                raise _ReadonlyError(f"{name}: readonly variable")
+            self._fatal(f"{name}: readonly variable")
+        if "i" in a:
+            value = str(self.arith_text(value))
+        if "l" in a and "u" not in a:
+            value = value.lower()
+        elif "u" in a and "l" not in a:
+            value = value.upper()
+        return value
+
+    def _appended(self, name: str, text: str) -> str:
+        """``name+=text``: arithmetic addition for an integer variable, else concatenation."""
+        a = self._attr_list(name) if self._attrs else None
+        if a and "i" in a:
+            return str(self._var_int(name) + self.arith_text(text))
+        return self.vars.get(name, "") + text
+
+    def _declare(self, node: Node) -> int:
+        """``declare``/``typeset``/``local``/``readonly``/``export`` as written in the script."""
+        kind = _text(node.children[0])
+        items: list[str | tuple[str, bool, str]] = []
+        # adjacent nodes are one word (tree-sitter splits `v=$d/$m.nc`)
+        for text in self.word_texts([c for c in node.children[1:]
+                                     if c.is_named and c.type != "comment"]):
+            m = _ASSIGN_WORD.match(text)
+            if m:
+                value = text[m.end():]
+                if value.startswith("("):
+                    raise self.error(f"{kind} of an array", Unsupported)
+                items.append((m.group(1), m.group(2) == "+",
+                              self.expand_str(value, "assign")))
+            else:
+                items.extend(self.expand_texts([text]))
+        return self._declare_items(kind, items)
+
+    def _declare_items(self, kind: str, items: list[Any]) -> int:
+        self._check_guard(kind)
+        add: set[str] = set()
+        remove: set[str] = set()
+        glob = False
+        k = 0
+        while k < len(items) and isinstance(items[k], str) and items[k][:1] in "-+" and \
+                len(items[k]) > 1:
+            word = items[k]
+            k += 1
+            if word == "--":
+                break
+            allowed = {"export": "fn", "readonly": "", "local": "ilrux"}.get(kind, "gilrux")
+            for letter in word[1:]:
+                if letter not in allowed or (word[0] == "+" and letter == "r"):
+                    raise self.error(f"{kind} {word[0]}{letter}", Unsupported)
+                if letter == "g":
+                    glob = word[0] == "-"
+                elif letter == "n" and kind == "export":
+                    remove.add("x")
+                elif letter == "f":
+                    raise self.error(f"{kind} -f (functions)", Unsupported)
+                else:
+                    (add if word[0] == "-" else remove).add(letter)
+        if kind == "readonly":
+            add.add("r")
+        elif kind == "export":
+            add.add("x")
+        names = items[k:]
+        if not names:
+            raise self.error(f"'{kind}' without names (it prints variables)", Unsupported)
+        if kind == "local" and not self.locals:
+            self._stderr("local: can only be used in a function")
+            return 1
+        local = kind == "local" or (kind in ("declare", "typeset") and bool(self.locals)
+                                    and not glob)
+        status = 0
+        for item in names:
+            if isinstance(item, tuple):
+                name, append, value = item
+            else:
+                name, eq, v = item.partition("=")
+                append = name.endswith("+") and bool(eq)
+                name = name[:-1] if append else name
+                value = v if eq else None
+            if not _NAME.match(name):
+                shown = item if isinstance(item, str) else f"{name}={value}"
+                self._stderr(f"{kind}: `{shown}': not a valid identifier")
+                status = 1
+                continue
+            try:
+                self._declare_one(kind, name, value, append, add, remove, local)
+            except _ReadonlyError as exc:
+                self._stderr(exc.message if kind == "readonly" else f"{kind}: {exc.message}")
+                status = 1
+        return status
+
+    def _declare_one(self, kind: str, name: str, value: str | None, append: bool,
+                     add: set[str], remove: set[str], local: bool) -> None:
+        cur = self._attr_list(name) or set()
+        if "r" in cur and (value is not None or (add - cur) - {"x"} or remove):
+            raise _ReadonlyError(f"{name}: readonly variable")
+        frame = self.locals[-1] if local and self.locals else None
+        if frame is not None and name not in frame:
+            frame[name] = self.vars.get(name)  # restored when the function returns
+            if value is None:
+                self.vars.pop(name, None)  # `local x`: a new, unset variable
+                self._env_gen += 1
+        letters = ((set() if frame is not None else set(cur)) | add) - remove - {"x"}
+        stack = self._attrs.setdefault(name, [])
+        if stack and stack[-1][1] is frame:
+            stack[-1] = (letters, frame)
+        else:
+            stack.append((letters, frame))
+        if value is not None:
+            letters.discard("r")  # assign first, then make it readonly
+            self._ro_soft += 1
+            try:
+                self.set_var(name, self._appended(name, value) if append else value)
+            finally:
+                self._ro_soft -= 1
+            if "r" in add:
+                letters.add("r")
+        if not letters:
+            stack.pop()
+            if not stack:
+                del self._attrs[name]
+        if "x" in add:
+            self.exported.add(name)
+            self._env_gen += 1
+        elif "x" in remove:
+            self.exported.discard(name)
+            self._env_gen += 1
+
+    def _b_export(self, args: list[str]) -> int:
+        return self._declare_items("export", list(args))
+
+    def _b_readonly(self, args: list[str]) -> int:
+        return self._declare_items("readonly", list(args))
+
+    def _b_declare(self, args: list[str]) -> int:
+        return self._declare_items("declare", list(args))
+
+    def _b_typeset(self, args: list[str]) -> int:
+        return self._declare_items("typeset", list(args))
+
+    def _b_local(self, args: list[str]) -> int:
+        return self._declare_items("local", list(args))
+
+    # ------------------------------------------------------------------ directories
     def _b_cd(self, args: list[str]) -> int:
         self._check_guard("cd")
+        args = [a for a in args if a not in ("-L", "--")]
+        if any(a.startswith("-") and a != "-" for a in args):
+            raise self.error(f"cd {' '.join(args)}", Unsupported)
         target = args[0] if args else self.vars.get("HOME", "/")
         if target == "-":
             target = self.vars.get("OLDPWD", self.cwd)
+            self._print(target + "\n")  # `cd -` prints the new directory
+        self._chdir(target, "cd")
+        return 0
+
+    def _chdir(self, target: str, what: str) -> None:
         path = os.path.normpath(os.path.join(self.cwd, target))
         if not self.fs.isdir(path):
-            raise self.error(f"cd: '{target}' is not a directory at this point of the script")
+            raise self.error(f"{what}: '{target}' is not a directory at this point of the "
+                             "script")
         self.vars["OLDPWD"] = self.cwd
         self.cwd = path
         self.vars["PWD"] = path
+        self._env_gen += 1
+
+    def _dirs_words(self, long: bool = False) -> list[str]:
+        home = self.vars.get("HOME", "")
+        out = []
+        for d in [self.cwd, *reversed(self._dirstack)]:
+            if not long and home and home != "/" and (d == home or d.startswith(home + "/")):
+                d = "~" + d[len(home):]
+            out.append(d)
+        return out
+
+    def _b_dirs(self, args: list[str]) -> int:
+        flags = set("".join(a[1:] for a in args if a.startswith("-")))
+        if any(not a.startswith("-") for a in args) or flags - set("clpv"):
+            raise self.error(f"dirs {' '.join(args)}", Unsupported)
+        if "c" in flags:
+            self._dirstack.clear()
+            return 0
+        words = self._dirs_words("l" in flags)
+        if "v" in flags:
+            self._print("".join(f"{k:2d}  {w}\n" for k, w in enumerate(words)))
+        elif "p" in flags:
+            self._print("".join(w + "\n" for w in words))
+        else:
+            self._print(" ".join(words) + "\n")
         return 0
 
     def _b_pushd(self, args: list[str]) -> int:
-        self._dirstack.append(self.cwd)
-        return self._b_cd(args)
+        self._check_guard("pushd")
+        if len(args) > 1 or (args and (args[0][:1] in "+-") and args[0] != "-"):
+            raise self.error(f"pushd {' '.join(args)}", Unsupported)
+        if not args:
+            if not self._dirstack:
+                self._stderr("pushd: no other directory")
+                return 1
+            target = self._dirstack.pop()
+        else:
+            target = self.vars.get("OLDPWD", self.cwd) if args[0] == "-" else args[0]
+        old = self.cwd
+        self._chdir(target, "pushd")
+        self._dirstack.append(old)
+        self._print(" ".join(self._dirs_words()) + "\n")
+        return 0
 
     def _b_popd(self, args: list[str]) -> int:
-        if not self._dirstack:
-            raise self.error("popd: directory stack empty")
         self._check_guard("popd")
-        self.cwd = self._dirstack.pop()
+        if args:
+            raise self.error(f"popd {' '.join(args)}", Unsupported)
+        if not self._dirstack:
+            self._stderr("popd: directory stack empty")
+            return 1
+        self._chdir(self._dirstack.pop(), "popd")
+        self._print(" ".join(self._dirs_words()) + "\n")
         return 0
 
-    def _b_export(self, args: list[str]) -> int:
-        self._check_guard("export")
-        for a in args:
-            if a.startswith("-"):
-                continue
-            name, eq, value = a.partition("=")
-            if eq:
-                self.vars[name] = value
-            self.exported.add(name)
-            self._env_gen += 1
-        return 0
-
+    # ------------------------------------------------------------------ options
     def _b_set(self, args: list[str]) -> int:
         self._check_guard("set")
+        if not args:
+            raise self.error("'set' without arguments (it prints the variables)", Unsupported)
         i = 0
         while i < len(args):
             a = args[i]
@@ -92,14 +451,14 @@ class BuiltinsMixin:
                                          "options)", Unsupported)
                     name = args[i + 1]
                     if name not in SET_O_LETTERS and name not in SET_O_ONLY:
-                        raise self.error(f"set -o {name}: not supported", Unsupported)
+                        raise self.error(f"set -o {name}", Unsupported)
                     self._set_option(SET_O_LETTERS.get(name, name), on)
                     i += 2
                     continue
                 for letter in a[1:]:
                     name = next((k for k, v in SET_O_LETTERS.items() if v == letter), None)
                     if name is None:
-                        raise self.error(f"set {a[0]}{letter}: not supported", Unsupported)
+                        raise self.error(f"set {a[0]}{letter}", Unsupported)
                     self._set_option(letter, on)
                 i += 1
                 continue
@@ -109,12 +468,122 @@ class BuiltinsMixin:
 
     def _set_option(self, opt: str, on: bool) -> None:
         """Record a shell option (a `set` letter, or a long name without one: pipefail)."""
+        if on and opt == "e" and "EXIT" in self._traps:
+            self._refuse_exit_trap_with_errexit()
         if on:
             self.shell_options.add(opt)
         else:
             self.shell_options.discard(opt)
         self.set_e = "e" in self.shell_options
 
+    def _b_shopt(self, args: list[str]) -> int:
+        self._check_guard("shopt")
+        mode = None
+        names: list[str] = []
+        for a in args:
+            if a in ("-s", "-u", "-q"):
+                mode = a if mode in (None, "-q") or a != "-q" else mode
+            elif a.startswith("-"):
+                raise self.error(f"shopt {a}", Unsupported)
+            else:
+                names.append(a)
+        if mode is None or not names:
+            raise self.error("'shopt' that prints options", Unsupported)
+        for n in names:
+            if n not in SHOPT_MODELLED:
+                raise self.error(f"shopt {mode} {n}", Unsupported)
+        if mode == "-q":
+            return 0 if all(n in self.shopt for n in names) else 1
+        for n in names:
+            (self.shopt.add if mode == "-s" else self.shopt.discard)(n)
+        return 0
+
+    # ------------------------------------------------------------------ traps and exec
+    def _b_trap(self, args: list[str]) -> int:
+        self._check_guard("trap")
+        if args[:1] == ["--"]:
+            args = args[1:]
+        if len(args) < 2 or args[0].startswith("-") and args[0] != "-":
+            raise self.error(f"trap {' '.join(args)}", Unsupported)
+        action, sigs = args[0], args[1:]
+        for sig in sigs:
+            if sig.upper() not in ("EXIT", "0", "SIGEXIT"):
+                raise self.error(f"trap on {sig} (only EXIT is modelled)", Unsupported)
+        if self._capture or self.vars is not self._root_vars:
+            raise self.error("trap inside a subshell or command substitution", Unsupported)
+        if action == "-":
+            self._traps.pop("EXIT", None)
+            return 0
+        if "e" in self.shell_options:
+            self._refuse_exit_trap_with_errexit()
+        self._traps["EXIT"] = action
+        return 0
+
+    def _refuse_exit_trap_with_errexit(self) -> NoReturn:
+        raise self.error("trap ... EXIT with set -e (the trap also runs when a command fails, "
+                         "which is known only when the script runs)", Unsupported)
+
+    def _run_exit_trap(self) -> None:
+        """At the end of the script (or at ``exit``): the EXIT trap's commands, once."""
+        action = self._traps.pop("EXIT", None)
+        if action:
+            self._run_text(action)
+
+    def _run_text(self, text: str) -> int | None:
+        """Run shell text (``eval``, a trap), its lines counted from the current line."""
+        line = self.line
+        root = parse(("\n" * (line - 1) + text).encode(errors="surrogateescape"), self.script)
+        try:
+            return self.exec_node(root)
+        finally:
+            self.line = line
+
+    def _b_exec(self, args: list[str]) -> int:
+        if args:
+            raise self.error("exec of a program", Unsupported)
+        own = self._out_redirects[-1] if self._out_redirects else []
+        if not own:
+            return 0
+        if self._capture or self.vars is not self._root_vars or self.locals:
+            raise self.error("exec redirection inside a subshell, substitution or function",
+                             Unsupported)
+        self._out_redirects[-1] = []  # the redirections now apply to everything that follows
+        for r in own:
+            fd = "1" if r.fd in ("", "1") else r.fd
+            if r.op in (">&",):
+                if r.target not in ("1", "2") or fd not in ("1", "2"):
+                    raise self.error(f"exec {r.render()}", Unsupported)
+                self._exec_fds[fd] = self._exec_fds.get(r.target, ("fd", r.target))
+                continue
+            path = os.path.normpath(os.path.join(self.cwd, r.target))
+            for f in (("1", "2") if r.op.startswith("&") else (fd,)):
+                self._exec_fds[f] = ("file", path)
+        for f, (k, v) in list(self._exec_fds.items()):
+            if k == "fd" and v == f:
+                del self._exec_fds[f]
+        return 0
+
+    def _emit(self, stages: list[Stage], groups: list[list[int]], connectors: list[str],
+              negated: list[bool]) -> int | None:
+        # `exec > log 2>&1`: every later command starts with those descriptors, which its own
+        # redirections (written after them) may change; in a pipeline only the last command's
+        # stdout is not the pipe
+        if self._exec_fds:
+            for group in groups:
+                for si in group:
+                    pre: list[Redirect] = []
+                    for fd in ("1", "2"):
+                        target = self._exec_fds.get(fd)
+                        if target is None or (fd == "1" and si != group[-1]):
+                            continue
+                        if target[0] == "file":
+                            pre.append(Redirect("" if fd == "1" else "2", ">>", target[1]))
+                        else:
+                            pre.append(Redirect(fd, ">&", target[1]))
+                    stages[si].redirects[:0] = pre
+        return super()._emit(stages, groups, connectors, negated)  # type: ignore[misc]
+
+    # ------------------------------------------------------------------ control
     def _b_shift(self, args: list[str]) -> int:
         self._check_guard("shift")
         n = int(args[0]) if args else 1
@@ -125,10 +594,10 @@ class BuiltinsMixin:
 
     def _b_exit(self, args: list[str]) -> int:
         self._check_guard("exit")
-        raise _Exit(int(args[0]) if args else (self.last_status or 0))
+        raise _Exit(int(args[0]) & 255 if args else (self.last_status or 0))
 
     def _b_return(self, args: list[str]) -> int:
-        raise _Return(int(args[0]) if args else (self.last_status or 0))
+        raise _Return(int(args[0]) & 255 if args else (self.last_status or 0))
 
     def _b_break(self, args: list[str]) -> int:
         raise _Break(int(args[0]) if args else 1)
@@ -144,28 +613,21 @@ class BuiltinsMixin:
     def _b_false(self, args: list[str]) -> int:
         return 1
 
-    def _b_shopt(self, args: list[str]) -> int:
+    def _b_umask(self, args: list[str]) -> int:
+        if not args:
+            raise self.error("'umask' that prints the mask", Unsupported)
         return 0
 
-    def _b_trap(self, args: list[str]) -> int:
-        if args and args[0] not in ("-", "") and len(args) > 1:
-            self.result.warnings.append(f"{self.script}:{self.line}: trap ignored")
-        return 0
-
-    _b_umask = _b_shopt
-    _b_wait = _b_shopt
-
-    def _b_local(self, args: list[str]) -> int:
-        for a in args:
-            name, eq, value = a.partition("=")
-            self.set_var(name, value if eq else self.vars.get(name, ""), local=True)
+    def _b_wait(self, args: list[str]) -> int:
         return 0
 
     def _b_let(self, args: list[str]) -> int:
-        value = 0
-        for a in args:
-            value = self.arith_text(a)
-        return 0 if value != 0 else 1
+        def run() -> int:
+            value = 0
+            for a in args:
+                value = self.arith_text(a)
+            return 0 if value != 0 else 1
+        return self._arith_status("let", run)
 
     def _b_test(self, args: list[str]) -> int:
         return 0 if self._test(args, [False] * len(args), False) else 1
@@ -178,7 +640,7 @@ class BuiltinsMixin:
     def _b_source(self, args: list[str]) -> int | None:
         if not args:
             raise self.error("source: file name needed")
-        text = self._read_static_file(args[0])
+        text = self._read_static_file(args[0])  # refuses a file the script writes
         root = parse(text.encode(errors="surrogateescape"), args[0])
         saved = self.positional
         if len(args) > 1:
@@ -192,61 +654,144 @@ class BuiltinsMixin:
 
     _b_dot = _b_source
 
-    def _b_read(self, args: list[str]) -> int:
-        if not self._stdin:
-            raise self.error("read from the script's input is known only when the script runs",
-                             Unsupported)
-        names = [a for a in args if not a.startswith("-")] or ["REPLY"]
-        lines = self._stdin[-1]
-        if not lines:
-            return 1
-        line = lines.pop(0)
-        if "-r" not in args:
-            line = re.sub(r"\\(.)", r"\1", line)
-        parts = line.split(None, len(names) - 1) if names != ["REPLY"] else [line]
-        for i, n in enumerate(names):
-            self.set_var(n, parts[i] if i < len(parts) else "")
-        return 0
-
     def _b_eval(self, args: list[str]) -> int | None:
-        root = parse(" ".join(args).encode(), self.script)
-        return self.exec_node(root)
-
-    def _b_exec(self, args: list[str]) -> int:
-        if args:
-            raise self.error("exec of a program is not supported", Unsupported)
-        return 0
-
-    def _b_readonly(self, args: list[str]) -> int:
-        return self._b_export_like(args)
-
-    def _b_export_like(self, args: list[str]) -> int:
-        for a in args:
-            name, eq, value = a.partition("=")
-            if eq:
-                self.set_var(name, value)
-        return 0
-
-    _b_declare = _b_export_like
-    _b_typeset = _b_export_like
+        text = " ".join(args)
+        try:
+            return self._run_text(text)
+        except ScriptError as exc:
+            if isinstance(exc, Unsupported):
+                raise
+            raise self.error(f"eval of '{text[:40]}' ({exc.message})", Unsupported) from None
 
     def _b_alias(self, args: list[str]) -> int:
-        raise self.error("alias is not supported", Unsupported)
+        raise self.error("alias", Unsupported)
 
-    # helpers whose output a command substitution needs (only called in capture mode)
+    # ------------------------------------------------------------------ read, getopts
+    def _b_read(self, args: list[str]) -> int:
+        raw, delim = False, "\n"
+        i = 0
+        while i < len(args) and args[i].startswith("-") and len(args[i]) > 1:
+            a = args[i]
+            i += 1
+            if a == "--":
+                break
+            k = 1
+            while k < len(a):
+                letter = a[k]
+                k += 1
+                if letter == "r":
+                    raw = True
+                elif letter == "d":
+                    value = a[k:] if k < len(a) else (args[i] if i < len(args) else None)
+                    if value is None:
+                        raise self.error("read -d without a delimiter")
+                    if k >= len(a):
+                        i += 1
+                    delim = value[:1] or "\0"
+                    break
+                else:
+                    raise self.error(f"read -{letter}", Unsupported)
+        names = args[i:]
+        for n in names:
+            if not _NAME.match(n):
+                self._stderr(f"read: `{n}': not a valid identifier")
+                return 1
+        if not self._stdin:
+            raise self.error("read from the script's standard input (known only when the "
+                             "script runs)", Unsupported)
+        buf = self._stdin[-1]
+        chars, buf[0], found = read_record(buf[0], delim, raw)
+        ifs = self.vars.get("IFS", " \t\n")
+        if not names:
+            values, names = ["".join(c for c, _ in chars)], ["REPLY"]
+        else:
+            values = read_fields(chars, len(names), ifs)
+        self._ro_soft += 1
+        try:
+            for n, v in zip(names, values, strict=True):
+                self.set_var(n, v)
+        except _ReadonlyError as exc:
+            self._stderr(exc.message)
+            return 1
+        finally:
+            self._ro_soft -= 1
+        return 0 if found else 1
+
+    def _b_getopts(self, args: list[str]) -> int:
+        self._check_guard("getopts")
+        if len(args) < 2:
+            raise self.error("getopts without an option string and a name", Unsupported)
+        optstring, name = args[0], args[1]
+        params = args[2:] if len(args) > 2 else self.positional
+        try:
+            optind = int(self.vars.get("OPTIND", "1"))
+        except ValueError:
+            raise self.error(f"getopts with OPTIND={self.vars.get('OPTIND')!r}", Unsupported)
+        last, pos = self._getopts_at
+        if optind != last or optind < 1:
+            pos = 0  # the script set OPTIND: start at the beginning of that word
+            optind = max(optind, 1)
+        status, value, optarg, optind, pos, err = getopts_step(optstring, params, optind, pos)
+        if err and self.vars.get("OPTERR", "1") != "0":
+            self._print(f"{self.script}: {err}\n", "2")
+        self._getopts_at = (optind, pos)
+        self.set_var("OPTIND", str(optind))
+        self.set_var(name, value)
+        if optarg is None:
+            self.vars.pop("OPTARG", None)
+        else:
+            self.set_var("OPTARG", optarg)
+        return status
+
+    # ------------------------------------------------------------------ printing helpers
+    # echo and printf run statically inside command substitutions and for `printf -v`; the
+    # other helpers only inside substitutions (elsewhere they are ordinary steps)
     def _b_echo(self, args: list[str]) -> int | None:
         if not self._capture:
             return None
-        newline, escapes = True, False
-        while args and re.fullmatch(r"-[neE]+", args[0]):
-            newline = newline and "n" not in args[0]
-            escapes = "e" in args[0]
-            args = args[1:]
-        text = " ".join(args)
-        if escapes:
-            text = _ansi_c(text)
-        self._out(text + ("\n" if newline else ""))
+        self._out(echo_output(args))
         return 0
+
+    def _b_printf(self, args: list[str]) -> int | None:
+        var = None
+        if args[:1] == ["-v"]:
+            if len(args) < 2:
+                raise self.error("printf -v without a name")
+            var, args = args[1], args[2:]
+            if not _NAME.match(var):
+                self._stderr(f"printf: `{var}': not a valid identifier")
+                return 2
+        elif not self._capture:
+            return None
+        if args[:1] == ["--"]:
+            args = args[1:]
+        if not args:
+            self._stderr("printf: usage: printf [-v var] format [arguments]")
+            return 2
+        plan = printf_plan(args[0])
+        text = printf_native(plan, args[1:]) if plan is not None else None
+        status = 0
+        if text is None:
+            text, status = self._bash_printf(args)
+        if var is not None:
+            self.set_var(var, text)
+        else:
+            self._out(text)
+        return status
+
+    def _bash_printf(self, args: list[str]) -> tuple[str, int]:
+        """bash's own printf builtin, for formats and numbers the native path leaves out."""
+        try:
+            p = subprocess.run(["bash", "-c", 'printf "$@"', "bash", *args],
+                               capture_output=True, timeout=30, cwd=self.cwd,
+                               env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                                    "LC_ALL": self.vars.get("LC_ALL", "C")})
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise self.error(f"cannot run bash's printf at compile time: {exc}")
+        if p.stderr:
+            err = p.stderr.decode(errors="surrogateescape")
+            self._stderr(err.split(": ", 1)[-1].rstrip("\n").replace("line 1: ", "", 1))
+        return p.stdout.decode(errors="surrogateescape"), p.returncode
 
     def _b_pwd(self, args: list[str]) -> int | None:
         if not self._capture:
@@ -298,39 +843,11 @@ class BuiltinsMixin:
             return 0
         return self._run_filter(["seq", *args], "")
 
-    def _b_printf(self, args: list[str]) -> int | None:
-        if not self._capture:
-            return None
-        if not args:
-            return 1
-        fmt, rest = args[0], args[1:]
-        parsed = _printf_format(fmt)
-        if parsed is not None:
-            kinds, template = parsed
-            out = []
-            while True:
-                vals: list[int | float | str] = []
-                for k, kind in enumerate(kinds):
-                    v = rest[k] if k < len(rest) else ""
-                    if kind in "di":
-                        vals.append(int(v or 0))
-                    elif kind == "f":
-                        vals.append(float(v or 0))
-                    else:
-                        vals.append(v)
-                out.append(template % tuple(vals) if kinds else template)
-                rest = rest[len(kinds):]
-                if not rest or not kinds:
-                    break
-            self._out("".join(out))
-            return 0
-        return self._run_filter(["printf", *args], "")
-
     def _b_expr(self, args: list[str]) -> int | None:
         if not self._capture:
             return None
         try:
-            value = _Expr(args).parse()
+            value = Expr(args).parse()
         except (ScriptError, ValueError):
             return 2  # expr prints nothing on stdout for a bad expression
         self._out(f"{value}\n")
@@ -354,45 +871,12 @@ class BuiltinsMixin:
             out = "".join(self._capture.pop())
         return out
 
-    def command_substitution(self, node: Node) -> str:
-        """The output of ``$(...)`` with trailing newlines removed, computed statically."""
-        hit = self._subst_cache.get(node.id)
-        if hit is not None and hit[0] == node:
-            kind, what = hit[1]
-        else:
-            kind, what = self._subst_kind(node)
-            self._subst_cache[node.id] = (node, (kind, what))
-        if kind == "run":
-            return self._capture_nodes(what).rstrip("\n")
-        if kind == "arith":
-            return str(self.arith_text(what))
-        return self._read_static_file(self.expand_str(what)).rstrip("\n")
-
-    def _subst_kind(self, node: Node) -> tuple[str, Any]:
-        text = _text(node)
-        if text.startswith("$((") and text.endswith("))"):
-            # tree-sitter reads $(( )) in a here-document as $( (subshell) )
-            return ("arith", text[3:-2])
-        body = [c for c in node.children if c.is_named]
-        if len(body) == 1 and body[0].type == "file_redirect":  # $(< file)
-            dest = body[0].child_by_field_name("destination")
-            assert dest is not None
-            return ("file", dest)
-        if len(body) == 1 and body[0].type == "redirected_statement" and \
-                body[0].child_by_field_name("body") is None:
-            # $(< file)
-            r = _named(body[0])[0]
-            dest = r.child_by_field_name("destination")
-            assert dest is not None
-            return ("file", dest)
-        return ("run", body)
-
     def _static_pipeline(self, parts: list[Node]) -> int | None:
         stdin = ""
         status: int | None = 0
         for part in parts:
             self._capture.append([])
-            self._stdin.append(stdin.splitlines())
+            self._stdin.append([stdin])
             try:
                 status = self._static_stage(part, stdin)
             finally:
@@ -405,13 +889,22 @@ class BuiltinsMixin:
         if node.type != "command":
             if node.type == "redirected_statement":
                 body = node.child_by_field_name("body")
+                discard = False
                 for r in node.children[1:]:
                     t = _text(r).replace(" ", "")
-                    if t not in ("2>/dev/null", "2>&1", ">/dev/null"):
-                        raise self.error("redirection inside a command substitution is not "
-                                         "supported", Unsupported)
+                    if t in (">/dev/null", "1>/dev/null", "&>/dev/null"):
+                        discard = True
+                    elif t not in ("2>/dev/null", "2>&1"):
+                        raise self.error("redirection inside a command substitution",
+                                         Unsupported)
                 if body is not None:
-                    return self._static_stage(body, stdin)
+                    if not discard:
+                        return self._static_stage(body, stdin)
+                    self._capture.append([])
+                    try:
+                        return self._static_stage(body, stdin)
+                    finally:
+                        self._capture.pop()  # its stdout went to /dev/null
             return self.exec_node(node)
         name_node = node.child_by_field_name("name")
         if name_node is None:
@@ -479,118 +972,3 @@ class BuiltinsMixin:
             out.extend(entries)
         self._out("".join(f"{x}\n" for x in out))
         return status
-
-
-
-@lru_cache(maxsize=256)
-def _printf_format(fmt: str) -> tuple[str, str] | None:
-    """A printf format we compute natively: (conversion letters, %-template or literal text);
-    None for one to run with the real printf."""
-    if "%" not in fmt.replace("%%", "") or all(
-            re.fullmatch(r"%(-?0?\d*(\.\d+)?[sdif]|%)", m.group(0))
-            for m in re.finditer(r"%[-0-9.]*[a-zA-Z%]", fmt)):
-        specs = re.findall(r"%[-0-9.]*[sdif]", fmt)
-        kinds = "".join(spec[-1] for spec in specs)
-        template = (_ansi_c(fmt.replace("%i", "%d")) if specs
-                    else _ansi_c(fmt).replace("%%", "%"))
-        return kinds, template
-    return None
-
-
-
-class _Expr:
-    """``expr`` arguments: | & = > >= < <= != + - * / % : and parentheses."""
-
-    def __init__(self, args: list[str]) -> None:
-        self.a = args
-        self.i = 0
-
-    def parse(self) -> str | int:
-        v = self._or()
-        if self.i != len(self.a):
-            raise ScriptError(f"expr: syntax error near '{self.a[self.i]}'")
-        return v
-
-    def _peek(self) -> str | None:
-        return self.a[self.i] if self.i < len(self.a) else None
-
-    def _or(self) -> str | int:
-        v = self._and()
-        while self._peek() == "|":
-            self.i += 1
-            r = self._and()
-            v = v if v not in ("", 0, "0") else r
-        return v
-
-    def _and(self) -> str | int:
-        v = self._cmp()
-        while self._peek() == "&":
-            self.i += 1
-            r = self._cmp()
-            v = v if v not in ("", 0, "0") and r not in ("", 0, "0") else 0
-        return v
-
-    def _cmp(self) -> str | int:
-        v = self._add()
-        while self._peek() in ("=", "!=", "<", "<=", ">", ">="):
-            op = self._peek()
-            self.i += 1
-            r = self._add()
-            try:
-                x, y = int(v), int(r)
-                res = {"=": x == y, "!=": x != y, "<": x < y, "<=": x <= y, ">": x > y,
-                       ">=": x >= y}[op]  # type: ignore[index]
-            except ValueError:
-                sx, sy = str(v), str(r)
-                res = {"=": sx == sy, "!=": sx != sy, "<": sx < sy, "<=": sx <= sy,
-                       ">": sx > sy, ">=": sx >= sy}[op]  # type: ignore[index]
-            v = int(res)
-        return v
-
-    def _add(self) -> str | int:
-        v = self._mul()
-        while self._peek() in ("+", "-"):
-            op = self._peek()
-            self.i += 1
-            r = self._mul()
-            v = int(v) + int(r) if op == "+" else int(v) - int(r)
-        return v
-
-    def _mul(self) -> str | int:
-        v = self._match()
-        while self._peek() in ("*", "/", "%"):
-            op = self._peek()
-            self.i += 1
-            r = int(self._match())
-            x = int(v)
-            if r == 0:
-                raise ScriptError("expr: division by zero")
-            q = abs(x) // abs(r) * (1 if (x >= 0) == (r >= 0) else -1)
-            v = q if op == "/" else (x - q * r if op == "%" else x * r)
-        return v
-
-    def _match(self) -> str | int:
-        v = self._atom()
-        while self._peek() == ":":
-            self.i += 1
-            pat = str(self._atom())
-            m = re.match(pat.replace(r"\(", "(").replace(r"\)", ")"), str(v))
-            if m and m.groups():
-                v = m.group(1) or ""
-            else:
-                v = m.end() if m else 0
-        return v
-
-    def _atom(self) -> str | int:
-        w = self._peek()
-        if w is None:
-            raise ScriptError("expr: syntax error")
-        self.i += 1
-        if w == "(":
-            v = self._or()
-            self.i += 1
-            return v
-        if w == "length":
-            return len(str(self._atom()))
-        return w
-

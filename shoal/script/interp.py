@@ -101,17 +101,22 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         self._readable: dict[str, bool] = {}
         self._handlers = {name[3:]: getattr(self, name) for name in dir(type(self))
                           if name.startswith("_x_")}
+        self._init_builtins()
 
     # ------------------------------------------------------------------ entry points
     def run_source(self, source: bytes) -> Result:
         """Interpret a whole script."""
         root = parse(source, self.script)
         try:
-            self.exec_node(root)
+            try:
+                self.exec_node(root)
+            except _Exit as e:
+                self.result.exit_status = e.status
+            except (_Break, _Return):
+                pass
+            self._run_exit_trap()  # `trap ... EXIT`: at the end, also after `exit`
         except _Exit as e:
             self.result.exit_status = e.status
-        except (_Break, _Return):
-            pass
         except ScriptError as e:
             e.script = self.script
             if e.line is None:
@@ -174,11 +179,13 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         """``name=value`` (``+=`` when ``append``), ``value`` as source text."""
         text = self.expand_str(value, "assign")
         if append:
-            text = self.vars.get(name, "") + text
+            text = self._appended(name, text)  # arithmetic for `declare -i` variables
         self.set_var(name, text, local)
 
     def set_var(self, name: str, value: str, local: bool = False) -> None:
         self._check_guard(f"assignment to {name}")
+        if self._attrs and name in self._attrs:  # declare -i/-l/-u/-r
+            value = self._attr_value(name, value)
         if local and self.locals:
             self.locals[-1].setdefault(name, self.vars.get(name))
         if name in self.exported:
@@ -191,27 +198,7 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
                              "which is known only when the script runs", Unsupported)
 
     def _x_declaration_command(self, node: Node) -> int:
-        kind = _text(node.children[0])
-        export = kind == "export"
-        # adjacent nodes are one word (tree-sitter splits `v=$d/$m.nc`)
-        for raw in self.word_texts([c for c in node.children[1:]
-                                    if c.is_named and c.type != "comment"]):
-            if _ASSIGN.match(raw):
-                name, append, value = self._split_assign(raw)
-                self._assign(name, append, value, local=kind in ("local", "declare", "typeset"))
-            else:
-                name = self.expand_str(raw)
-                if name.startswith("-"):
-                    if "x" in name:
-                        export = True
-                    continue
-                if kind == "local":
-                    self.set_var(name, self.vars.get(name, ""), local=True)
-            if export:
-                self._check_guard("export")
-                self.exported.add(name)
-                self._env_gen += 1
-        return 0
+        return self._declare(node)  # builtins.py: attributes, scopes, readonly
 
     def _x_unset_command(self, node: Node) -> int:
         self._check_guard("unset")
@@ -452,6 +439,8 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
             items = self._flatten_list(body)
             self._extra[_key(items[-1][1])] = redirects
             return self._x_list(body)
+        if body.type == "command" and self._static_name(body):
+            return self._static_redirected(body, redirects)  # `read x < f`, `exec > log`
         if body.type in ("command", "pipeline", "negated_command"):
             return self._emit_list([("", node)])
         if body.type in ("while_statement", "for_statement", "compound_statement"):
@@ -470,10 +459,9 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
             return None
         r = redirects[0]
         if r.type == "herestring_redirect":
-            return (self.expand_str(_named(r)[-1]) + "\n").splitlines()
+            return [self.expand_str(_named(r)[-1]) + "\n"]  # read's input, as one text
         if r.type == "file_redirect" and any(c.type == "<" for c in r.children):
-            return self._read_static_file(self.expand_str(self.redirect_parts(r)[2])
-                                          ).splitlines()
+            return [self._read_static_file(self.expand_str(self.redirect_parts(r)[2]))]
         return None
 
     def _read_static_file(self, name: str) -> str:
@@ -494,7 +482,7 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         last = parts[-1]
         if last.type in ("while_statement", "for_statement", "compound_statement"):
             text = self._capture_nodes(parts[:-1], pipeline=True)
-            self._stdin.append(text.splitlines())
+            self._stdin.append([text])
             try:
                 return self.exec_node(last)
             finally:
@@ -578,22 +566,27 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         if hit is not None and hit[0] == node:
             return hit[1]  # type: ignore[no-any-return]
         items: list[list] = []  # type: ignore[type-arg]  # [kind, text, end byte, node]
-        for i, c in enumerate(node.children):
-            f = node.field_name_for_child(i)
-            text = (c.text or b"").decode(errors="surrogateescape")
-            glued = bool(items) and items[-1][2] == c.start_byte
-            if c.type == "process_substitution":
-                raise self.error("process substitution <(...) is not supported", Unsupported)
-            if c.type == "variable_assignment":
-                items.append(["assign", text, c.end_byte, c])
-            elif f == "redirect" or c.type.endswith("_redirect"):
-                items.append(["redirect", "", c.end_byte, c])
-            elif f in ("name", "argument") or c.type in _WORDLIKE or c.type == "command_name":
-                if glued:
+        src = node.text or b""
+        base = node.start_byte
+        for c in node.children:
+            t = c.type
+            start, end = c.start_byte, c.end_byte
+            if t in _WORDLIKE or t == "command_name" or t == "$":
+                text = src[start - base:end - base].decode(errors="surrogateescape")
+                if items and items[-1][2] == start:
                     items[-1][1] += text  # the rest of the word before it
-                    items[-1][2] = c.end_byte
+                    items[-1][2] = end
                 else:
-                    items.append(["word", text, c.end_byte, c])
+                    items.append(["word", text, end, c])
+            elif t == "variable_assignment":
+                text = src[start - base:end - base].decode(errors="surrogateescape")
+                items.append(["assign", text, end, c])
+            elif t.endswith("_redirect"):
+                items.append(["redirect", "", end, c])
+            elif t == "process_substitution":
+                raise self.error("process substitution <(...) is not supported", Unsupported)
+            elif c.is_named and t != "comment":
+                raise self.error(f"'{t.replace('_', ' ')}' in a command", Unsupported)
         assigns: list[tuple[str, bool, str]] = []
         words: list[str] = []
         redirects: list[tuple[Node, str]] = []
@@ -657,10 +650,13 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         prog = argv[0]
         if prog in self.functions:
             return self._call(prog, argv[1:])
-        if prog in STATIC_BUILTINS or (self._capture and prog in CAPTURE_HELPERS):
+        if prog in STATIC_BUILTINS or (self._capture and prog in CAPTURE_HELPERS) or (
+                prog == "printf" and argv[1:2] == ["-v"]):
             method = getattr(self, "_b_" + _BUILTIN_METHOD.get(prog, prog), None)
             if method is None:
                 raise self.error(f"builtin '{prog}' is not supported", Unsupported)
+            if assigns or _r:  # VAR=x prefixes in effect while it runs; its redirections
+                return self._builtin_call(method, argv[1:], assigns, _r)
             return method(argv[1:])
         if self._capture:
             return self._static_pipeline([node])
@@ -694,8 +690,11 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
 
     def _arith_command(self, node: Node) -> int:
         exprs = self._arith_exprs(node)
-        value = 0
-        for e in exprs:
-            value = self.arith(e)
-        return 0 if value != 0 else 1
+
+        def run() -> int:
+            value = 0
+            for e in exprs:
+                value = self.arith(e)
+            return 0 if value != 0 else 1
+        return self._arith_status("((", run)  # an error fails the command, as in bash
 

@@ -24,6 +24,7 @@ STATIC_BUILTINS = frozenset({
     "cd", "export", "unset", "local", "readonly", "declare", "typeset", "set", "shift", "exit",
     "return", "break", "continue", "true", "false", ":", "test", "[", "[[", "let", "source", ".",
     "read", "pushd", "popd", "shopt", "trap", "umask", "alias", "wait", "eval", "exec",
+    "getopts", "dirs",
 })
 CAPTURE_HELPERS = frozenset({"echo", "printf", "basename", "dirname", "seq", "expr", "pwd"})
 _BUILTIN_METHOD = {"[": "lbrack", ".": "dot", ":": "colon", "[[": "lbrack"}

@@ -7,6 +7,7 @@ naming its line, so a syntax error never reaches the interpreter.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 import tree_sitter
@@ -35,6 +36,45 @@ def _first_error(node: Node) -> Node | None:
     return node
 
 
+# tree-sitter-bash 0.25 reads `BASE#$var` in arithmetic (`$((10#$y))`) as a comment, but
+# parses `10#${y}`: spelling the expansion with braces (same meaning) makes it parse as bash does.
+_BASE_VAR = re.compile(rb"\d+#\$([A-Za-z_]\w*|\d)")
+_ARITH_TYPES = ("arithmetic_expansion", "c_style_for_statement", "compound_statement")
+
+
+def _repair_base(source: bytes, root: Node) -> bytes | None:
+    fixes: list[re.Match[bytes]] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if not node.has_error and node.type != "ERROR":
+            continue
+        if node.type == "ERROR" and _in_arithmetic(node):
+            m = _BASE_VAR.match(source, node.start_byte)
+            if m:
+                fixes.append(m)
+        stack.extend(node.children)
+    if not fixes:
+        return None
+    out = bytearray()
+    pos = 0
+    for m in sorted(fixes, key=lambda m: m.start()):
+        if m.start() < pos:
+            continue
+        out += source[pos:m.start(1) - 1] + b"${" + m.group(1) + b"}"
+        pos = m.end()
+    out += source[pos:]
+    return bytes(out)
+
+
+def _in_arithmetic(node: Node) -> bool:
+    while node.parent is not None:
+        node = node.parent
+        if node.type in _ARITH_TYPES:
+            return True
+    return False
+
+
 def parse(source: bytes, script: str = "script") -> Node:
     """Parse ``source`` and return the root ``program`` node; raise ScriptError on a syntax error.
 
@@ -42,6 +82,10 @@ def parse(source: bytes, script: str = "script") -> Node:
     nodes): the interpreter joins adjacent nodes and reads words from their source text.
     """
     root = _parser().parse(source).root_node
+    if root.has_error and b"#$" in source:
+        fixed = _repair_base(source, root)
+        if fixed is not None:
+            root = _parser().parse(fixed).root_node
     if root.has_error:
         bad = _first_error(root)
         assert bad is not None
