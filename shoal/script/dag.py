@@ -12,6 +12,12 @@ each other. Versions then get a *physical* place:
 
 Versions that share one physical file (the real name, or an in-place edit chain) are ordered by
 write-after-read and write-after-write edges, which is all the ordering renaming cannot remove.
+
+Directories and links are ordered by *tree operations* (``mkdir``, ``rm -r``, ``cp -r``/``mv``
+of a directory, making or removing a link: roles in simfs.py): every command that touches a
+path, or a path below it, is ordered with every tree operation on that path or on an ancestor,
+in script order. Files below a tree that is copied, moved or removed keep their real names
+there (semantics.py reads them by name), and so do files reached through links (emit.py).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import os
 from dataclasses import dataclass, field
 
 from .model import DEL, IN, INOUT, OUT, Step
+from .simfs import TREE_OPS
 
 CONCATENATING = frozenset({"ncrcat", "ncecat", "cat", "paste", "tar", "zcat"})
 
@@ -105,7 +112,14 @@ def build_dag(steps: list[Step], workdir: str) -> Dag:
             current[path] = v
         return v
 
-    dir_creator: dict[str, int] = {}
+    # tree operations: the paths they act on (known before the walk, so that commands touching
+    # them before the first operation are ordered too), the last operation on each, and the
+    # commands that touched the path or below it since
+    tree_paths = {u.path for s in steps for u in s.uses if u.role in TREE_OPS}
+    min_tree = min(map(len, tree_paths), default=0)
+    tree_last: dict[str, int] = {}
+    tree_touch: dict[str, list[int]] = {p: [] for p in tree_paths}
+    has_tree: set[int] = set()
     last_barrier: int | None = None
     since_barrier: list[int] = []
     for s in steps:
@@ -143,6 +157,8 @@ def build_dag(steps: list[Step], workdir: str) -> Dag:
         if writes:
             for k, u in enumerate(uses):
                 if u.role == OUT:
+                    if last_barrier is not None and u.path not in current:
+                        cur(u.path)  # the barrier may have made it: a real file to replace
                     v = new_version(u.path, sid, None)
                 elif u.role == INOUT:
                     prev = next(pv for kk, pv in reads if kk == k)
@@ -153,17 +169,30 @@ def build_dag(steps: list[Step], workdir: str) -> Dag:
                 step_writes[sid].append((k, v))
                 if u.loc is None:
                     v.pinned = True
-        # directories: a step inside or writing into a directory made by an earlier step
-        for path in [] if not dir_creator else [s.cwd] + [u.path for u in s.uses if u.role in (OUT, INOUT)]:
-            d = path if path == s.cwd else os.path.dirname(path)
-            while d.startswith(workdir) and d not in ("/", ""):
-                c = dir_creator.get(d)
-                if c is not None and c != sid:
-                    p.add(c)
-                    break
-                d = os.path.dirname(d)
-        for d in s.mkdirs:
-            dir_creator.setdefault(d, sid)
+        if tree_paths:
+            ops: list[str] = []
+            for path in [s.cwd, *[u.path for u in uses]]:
+                # this step touches `path`: after the last tree operation on it or an ancestor
+                a = path
+                while len(a) >= min_tree:
+                    if a in tree_paths:
+                        last = tree_last.get(a)
+                        if last is not None and last != sid:
+                            p.add(last)
+                        seen = tree_touch[a]
+                        if not seen or seen[-1] != sid:
+                            seen.append(sid)
+                    a = a.rpartition("/")[0]
+            for u in uses:
+                if u.role in TREE_OPS:
+                    ops.append(u.path)
+            for a in ops:
+                # a tree operation: after everything that touched it or below since the last one
+                p.update(tree_touch[a])
+                tree_touch[a] = []
+                tree_last[a] = sid
+            if ops:
+                has_tree.add(sid)
         # barriers: an unknown program runs alone and sees every file under its real name
         if s.barrier:
             p.update(since_barrier)
@@ -184,6 +213,17 @@ def build_dag(steps: list[Step], workdir: str) -> Dag:
     for v in versions:
         if v.writer is None or v.pinned or v.final:
             groups[v.group].real = True
+    # a real file must not outlive its name: when a path whose real file still holds an older
+    # version is later removed (rm, mv) while its current version is in scratch, that version
+    # goes to the real name too, so the removal removes what bash removes
+    live_real: dict[str, bool] = {}
+    for v in versions:
+        g = groups[v.group]
+        if g.real:
+            live_real[v.path] = v.deleter is None
+        elif v.deleter is not None and live_real.get(v.path):
+            g.real = True
+            live_real[v.path] = False
 
     # one pass over the versions: read-after-write edges, versions by physical file, and
     # estimated sizes of scratch files (for /dev/shm placement)
@@ -259,7 +299,7 @@ def build_dag(steps: list[Step], workdir: str) -> Dag:
                 if loc is not None:
                     subst[sid][loc] = g.id
         dels = step_dels[sid]
-        if dels and not reads and not writes and s.programs == ["rm"]:
+        if dels and not reads and not writes and s.programs == ["rm"] and sid not in has_tree:
             # rm of intermediates: scratch cleanup removes them, the words are dropped
             scratch = [(k, v) for k, v in dels if not groups[v.group].real]
             for k, _v in scratch:

@@ -8,6 +8,7 @@ from .errors import Unsupported
 from .model import DEL, IN, INOUT, OUT, FileUse, Redirect, Stage, Step
 from .nodes import ALWAYS_OK, _key, _named, _text
 from .parser import Node
+from .simfs import NOCLOBBER, RMTREE, SYMLINK, TREE, VIA
 
 
 class EmitMixin:
@@ -246,34 +247,73 @@ class EmitMixin:
         fs = self.fs
         written = fs.written
         strict = self.strict
+        # after an unknown program (a barrier) the simulated fs may lack files it made: a path it
+        # does not know keeps its real name (the barrier orders it) instead of being refused
+        unsure = getattr(self, "_fs_unsure", False)
+        links = fs.has_links
+        vias: list[FileUse] = []
         for u in step.uses:
             role = u.role
-            if (role == IN or role == INOUT) and not compound:
+            if role == VIA:
+                continue
+            if links:
+                real = fs.resolve(u.path, follow=role in (IN, OUT, INOUT, NOCLOBBER))
+                if real != u.path:
+                    # reached through a symbolic link: the file is its target, used by the name
+                    # the script wrote, and ordered with changes to the link (the name)
+                    vias.append(FileUse(u.path, VIA, None))
+                    u.path, u.loc = real, None
+            if role == NOCLOBBER:
+                if unsure or fs.kind(u.path) is not None:
+                    # NCO refuses to overwrite it (and fails, as in bash): the file stays what
+                    # it is, an in-place use under its real name after every earlier use
+                    role = u.role = INOUT
+                    u.loc = None
+                else:
+                    role = u.role = OUT
+            elif role == OUT and unsure and u.loc is not None and u.loc[1] == "r" and \
+                    step.stages[u.loc[0]].redirects[u.loc[2]].op in (">>", "&>>") and \
+                    fs.kind(u.path) is None:
+                role = u.role = INOUT  # may append to a file the barrier made
+                u.loc = None
+            if role == IN or role == INOUT:
                 path = u.path
                 kind = fs.kind(path)
                 if kind is None:
-                    shown = self._shown(path)
-                    raise self.error(f"{step.programs[0] if step.programs else 'command'} reads "
-                                     f"'{shown}', which does not exist at this point of the "
-                                     "script (no earlier command creates it)")
-                if kind == "f" and path not in written:
+                    if unsure:
+                        u.loc = None  # maybe made by an unknown program: its real name
+                    elif role == INOUT:
+                        role = u.role = OUT  # appending to an absent file creates it
+                    elif not compound:
+                        shown = self._shown(path)
+                        raise self.error(
+                            f"{step.programs[0] if step.programs else 'command'} reads "
+                            f"'{shown}', which does not exist at this point of the "
+                            "script (no earlier command creates it)")
+                elif kind == "f" and not compound and path not in written:
                     ok = self._readable.get(path)
                     if ok is None:
                         ok = self._readable[path] = os.access(path, os.R_OK)
                     if not ok:
                         raise self.error(f"cannot read '{self._shown(path)}': permission denied")
-            if strict and role in (OUT, INOUT, DEL) and not (
+            if strict and role in (OUT, INOUT, DEL, TREE, RMTREE, SYMLINK) and not (
                     u.path == self.workdir or u.path.startswith(self.workdir + os.sep)):
                 raise self.error(f"writes '{u.path}', outside the working tree {self.workdir} "
                                  "(--strict)")
+        if vias:
+            step.uses.extend(vias)
         for d in step.mkdirs:
             if strict and not d.startswith(self.workdir):
                 raise self.error(f"creates '{d}', outside the working tree (--strict)")
             fs.mkdir(d)
         for u in step.uses:
             role = u.role
-            if role == DEL:
+            if role == DEL or role == RMTREE:
                 fs.remove(u.path)
             elif role == OUT or role == INOUT:
                 fs.add_file(u.path, step.line)
+            elif role == SYMLINK:
+                fs.add_link(u.path, u.prefix)
+        if step.barrier:
+            self._fs_unsure = True
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from .errors import ScriptError
 from .model import DEL, IN, INOUT, OUT, FileUse
-from .simfs import SimFS
+from .simfs import DIR, LINK, NOCLOBBER, RMTREE, SYMLINK, TREE, SimFS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -25,7 +25,7 @@ _LIST_FIELDS = (
     "aliases", "with_value", "optional_value", "input_options", "output_options", "append_flags",
     "inplace_flags", "keep_flags", "stdout_flags", "decompress_flags", "prefix_options",
     "barrier_options", "dir_flags", "parents_flags", "skip_unless", "flags",
-    "side_output_options",
+    "side_output_options", "overwrite_flags",
 )
 
 
@@ -168,6 +168,9 @@ class Semantics:
 
         kind = spec.positional
         out_role = INOUT if append else OUT
+        if not append and spec.lists.get("overwrite_flags") and \
+                spec.lists["overwrite_flags"].isdisjoint(flags):
+            out_role = NOCLOBBER  # NCO without -O: fails if the output exists (emit decides)
 
         def inp(path: str, idx: int) -> None:
             if prefix_dir is not None and not path.startswith("/"):
@@ -216,21 +219,41 @@ class Semantics:
             recursive = any(spec.has("dir_flags", f) for f in flags) or spec.name == "rmdir"
             for a, k in pos:
                 full = _join(cwd, a)
-                kind_of = fs.kind(full)
-                if kind_of == "d":
-                    if not recursive:
-                        continue  # rm DIR fails in bash too; nothing changes
-                    for f in _files_under(fs, full):
+                kind_of = fs.kind(full, follow=False)  # rm removes a link, not its target
+                if kind_of == DIR:
+                    below = _files_under(fs, full)
+                    if not recursive or (spec.name == "rmdir" and fs.listdir(full)):
+                        continue  # rm DIR / rmdir of a non-empty one fail in bash too
+                    # the files below keep their real names here (read, then removed)
+                    for f in below:
+                        res.uses.append(FileUse(f, IN, None))
                         res.uses.append(FileUse(f, DEL, None))
-                    res.uses.append(FileUse(full, DEL, None))  # the directory itself
+                    res.uses.append(FileUse(full, RMTREE, None))
+                elif kind_of is not None and kind_of[0] == LINK:
+                    # the link goes: ordered with every use of a path through it
+                    res.uses.append(FileUse(full, RMTREE, None))
                 elif kind_of is not None:
                     use(a, DEL, k)
+                else:
+                    # absent here, unless an unknown program (a barrier) made it: ordered with
+                    # every use of the path and below it, changes nothing in the simulated fs
+                    res.uses.append(FileUse(full, RMTREE, None))
         elif kind == "touch":
             for a, k in pos:
                 full = os.path.normpath(os.path.join(cwd, a))
                 use(a, INOUT if fs.exists(full) else OUT, k)
         elif kind == "mkdir":
-            res.mkdirs.extend(os.path.normpath(os.path.join(cwd, a)) for a, _k in pos)
+            parents = any(spec.has("parents_flags", f) for f in flags)
+            for a, _k in pos:
+                d = _join(cwd, a)
+                res.mkdirs.append(d)
+                # each directory it makes is a tree operation (mkdir -p of one that exists
+                # changes nothing)
+                while d != "/" and not fs.isdir(d):
+                    res.uses.append(FileUse(d, TREE, None))
+                    if not parents:
+                        break
+                    d = os.path.dirname(d)
         elif kind in ("compress", "decompress"):
             dec = kind == "decompress" or any(spec.has("decompress_flags", f) for f in flags)
             to_stdout = any(spec.has("stdout_flags", f) for f in flags)
@@ -265,27 +288,49 @@ class Semantics:
             srcs = pos[:-1]
         else:
             dest, dest_idx, srcs = target_dir, None, pos
-        dest_full = os.path.normpath(os.path.join(cwd, dest))
-        into_dir = target_dir is not None or fs.isdir(dest_full) or len(srcs) > 1
-        symlink = kind == "link" and ("-s" in flags or "--symbolic" in flags)
+        dest_full = _join(cwd, dest)
+        no_target = "-T" in flags or "--no-target-directory" in flags
+        if kind == "link" and ("-n" in flags or "--no-dereference" in flags) and \
+                (fs.kind(dest_full, follow=False) or " ")[0] == LINK:
+            no_target = True  # ln -n: a link to a directory is replaced, not entered
+        into_dir = target_dir is not None or len(srcs) > 1 or (
+            not no_target and fs.isdir(dest_full))
+        recursive = any(spec.has("dir_flags", f) for f in flags)
+        force = "-f" in flags or "--force" in flags
+        # cp copies a link as a link with -P/-d/-a, and with -r unless -L/-H
+        links_as_links = kind == "move" or any(
+            f in flags for f in ("-P", "-d", "-a", "--no-dereference", "--archive")) or (
+            recursive and not any(f in flags for f in ("-L", "-H", "--dereference")))
         for a, k in srcs:
-            src_full = os.path.normpath(os.path.join(cwd, a))
-            if fs.isdir(src_full):
-                res.barrier_reason = f"{spec.name} of a directory ({a})"
+            src_full = _join(cwd, a)
+            out = os.path.join(dest, os.path.basename(a.rstrip("/"))) if into_dir else dest
+            out_full = _join(cwd, out)
+            if kind == "link":
+                if fs.kind(out_full, follow=False) is not None and not force:
+                    continue  # ln fails: the name exists
+                if "-s" in flags or "--symbolic" in flags:
+                    target = a  # relative to the link's directory, as the kernel reads it
+                elif fs.kind(src_full) == "f":
+                    # a hard link: modelled as a name of the same file (ordered, real names)
+                    target = fs.resolve(src_full)
+                else:
+                    continue  # hard links to directories or missing files fail
+                res.uses.append(FileUse(out_full, SYMLINK, None, target))
                 continue
-            if symlink:
-                # a relative symlink target is relative to the link's directory
-                base = dest_full if into_dir else os.path.dirname(dest_full)
-                src_full = os.path.normpath(os.path.join(base, a))
-                if fs.exists(src_full):
-                    res.uses.append(FileUse(src_full, IN, None))
-            else:
-                use(a, IN, k)
-            if into_dir:
-                use(os.path.join(dest, os.path.basename(a)), OUT, None)
-            else:
-                # a link keeps its name: what it points to is resolved by name
-                use(dest, OUT, dest_idx if kind != "link" else None)
+            src_kind = fs.kind(src_full, follow=False)
+            if src_kind is not None and src_kind[0] == LINK and links_as_links:
+                if out_full != src_full:
+                    res.uses.append(FileUse(out_full, SYMLINK, None, src_kind[1:]))
+                    if kind == "move":
+                        res.uses.append(FileUse(src_full, RMTREE, None))
+                continue
+            if fs.isdir(src_full):
+                if kind == "copy" and not recursive:
+                    continue  # cp omits a directory without -r (an error, nothing changes)
+                _copy_tree(fs, src_full, out_full, kind == "move", res)
+                continue
+            use(a, IN, k)
+            use(out, OUT, None if into_dir else dest_idx)
             if kind == "move":
                 use(a, DEL, None)
 
@@ -359,11 +404,42 @@ def _join(cwd: str, path: str) -> str:
 
 
 def _files_under(fs: SimFS, d: str) -> list[str]:
+    """Files (and links) below directory ``d``; links to directories are not entered."""
     out: list[str] = []
-    for name in fs.listdir(d):
+    for name, kind in fs.entries(d):
         p = os.path.join(d, name)
-        if fs.isdir(p):
+        if kind == DIR:
             out.extend(_files_under(fs, p))
         else:
             out.append(p)
     return out
+
+
+def _copy_tree(fs: SimFS, src: str, out: str, move: bool, res: Analysis) -> None:
+    """``cp -r SRC OUT`` / ``mv SRC OUT`` of a directory: every file below SRC appears below OUT
+    (mv: and leaves SRC). Both trees are tree operations; the files keep their real names."""
+    if out == src or out.startswith(src + "/"):
+        return  # into itself: an error in bash, nothing changes
+    out_kind = fs.kind(out)
+    if out_kind == "f" or (out_kind == DIR and move and fs.listdir(out)):
+        return  # cannot overwrite a file / a non-empty directory: an error, nothing changes
+    uses = res.uses
+    uses.append(FileUse(src, RMTREE if move else TREE, None))
+    uses.append(FileUse(out, TREE, None))
+    res.mkdirs.append(out)
+    todo = [""]
+    while todo:
+        rel = todo.pop()
+        for name, kind in fs.entries(src + rel):
+            s, o = src + rel + "/" + name, out + rel + "/" + name
+            if kind == DIR:
+                res.mkdirs.append(o)
+                todo.append(rel + "/" + name)
+                continue
+            if kind[0] == LINK:
+                uses.append(FileUse(o, SYMLINK, None, kind[1:]))
+            else:
+                uses.append(FileUse(s, IN, None))
+                uses.append(FileUse(o, OUT, None))
+            if move:
+                uses.append(FileUse(s, DEL, None))

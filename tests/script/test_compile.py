@@ -75,10 +75,11 @@ for f in [ab].nc; do echo $f; done
 
 def test_ssa_renaming_removes_false_dependencies(d: Path) -> None:
     # tmp.nc is written twice by independent branches: only read-after-write orders them
+    # (-O: without it NCO refuses to overwrite tmp.nc, see test_fs_semantics.py)
     src = '''
 ncwa a.nc tmp.nc
 ncks tmp.nc x1.nc
-ncwa b.nc tmp.nc
+ncwa -O b.nc tmp.nc
 ncks tmp.nc x2.nc
 rm tmp.nc
 ncra x1.nc x2.nc out.nc
@@ -98,7 +99,7 @@ def test_last_version_gets_the_user_name_and_inplace_chains(d: Path) -> None:
 ncwa a.nc o.nc
 ncatted -a units,tas,o,c,K o.nc
 ncks -A b.nc o.nc
-ncwa c.nc o.nc
+ncwa -O c.nc o.nc
 '''
     plan = comp(d, src)
     groups = {g.id: g for g in plan.dag.groups if g.path.endswith("o.nc")}
