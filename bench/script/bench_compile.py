@@ -36,7 +36,9 @@ from shoal.script.compiler import CompileOptions, compile_script  # noqa: E402
 FLOWS, DAYS, CHAIN = 10, 730, 39
 
 
-def unrolled(flows: int = FLOWS, days: int = DAYS) -> str:
+def unrolled(flows: int | None = None, days: int | None = None) -> str:
+    flows = FLOWS if flows is None else flows
+    days = DAYS if days is None else days
     out = ["#!/bin/bash", "# resample-shaped workflow, written out command by command"]
     for f in range(flows):
         for d in range(days):
