@@ -1,16 +1,21 @@
-"""NCO workflow benchmark: `bash ipcc_like.sh` vs `shoal script ipcc_like.sh` on 19 models.
+"""NCO workflow benchmark: `bash SCRIPT` vs `shoal script SCRIPT` on 19 models.
+
+SCRIPT is ipcc_like.sh (119 commands for 19 models: the SWAMP paper's ensemble workflow) or,
+with ``--script yearly.sh``, a year-by-year workflow of 1,000+ commands (use --size small: its
+tas has 120 monthly records, 10 years).
 
 Generates synthetic CMIP-like inputs (tas(time, lat, lon), time as record dimension) with
 ncgen + ncap2, then times, on fresh copies of the inputs each run:
 
-* ``bash ipcc_like.sh``
-* ``shoal script -j WORKERS ipcc_like.sh`` (intermediates in /dev/shm)
+* ``bash SCRIPT``
+* ``shoal script -j WORKERS SCRIPT`` (intermediates in /dev/shm)
 * the same with ``--no-shm`` (intermediates on disk)
 
 and checks that the results (biases.nc, ens_anmfld.nc, ...) equal bash's (ncdump, ignoring
 history/NCO attributes). Prints the median of --repeat runs and the load average around them.
 
     python bench/script/bench_nco.py [--size small|large] [--models 19] [--repeat 3]
+                                     [--script ipcc_like.sh|yearly.sh]
 """
 
 from __future__ import annotations
@@ -81,12 +86,12 @@ def generate(d: str, models: int, nt: int, nlat: int, nlon: int) -> None:
     os.unlink(skel)
 
 
-def fresh(src: str, dst: str) -> None:
+def fresh(src: str, dst: str, script: str) -> None:
     shutil.rmtree(dst, ignore_errors=True)
     os.makedirs(dst)
     for name in os.listdir(src):
         os.link(os.path.join(src, name), os.path.join(dst, name))  # inputs are only read
-    shutil.copy(os.path.join(HERE, "ipcc_like.sh"), dst)
+    shutil.copy(os.path.join(HERE, script), dst)
 
 
 def timed(cmd: list[str], cwd: str) -> float:
@@ -117,6 +122,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--work", default=os.path.join(REPO, "bench", ".work", "script-nco"))
+    ap.add_argument("--script", default="ipcc_like.sh", choices=["ipcc_like.sh", "yearly.sh"])
     a = ap.parse_args()
     nt, nlat, nlon = SIZES[a.size]
     a.time, a.lat, a.lon = a.time or nt, a.lat or nlat, a.lon or nlon
@@ -131,8 +137,8 @@ def main() -> None:
     size = sum(os.path.getsize(os.path.join(data, f)) for f in os.listdir(data))
     py = sys.executable
     variants = {
-        "bash": ["bash", "ipcc_like.sh"],
-        "shoal": [py, "-m", "shoal", "script", "-j", str(a.workers), "ipcc_like.sh"],
+        "bash": ["bash", a.script],
+        "shoal": [py, "-m", "shoal", "script", "-j", str(a.workers), a.script],
         "shoal --no-shm": [
             py,
             "-m",
@@ -141,7 +147,7 @@ def main() -> None:
             "-j",
             str(a.workers),
             "--no-shm",
-            "ipcc_like.sh",
+            a.script,
         ],
     }
     times: dict[str, list[float]] = {k: [] for k in variants}
@@ -149,7 +155,7 @@ def main() -> None:
     for _ in range(a.repeat):
         for name, cmd in variants.items():  # interleaved, so load drifts hit all alike
             d = os.path.join(a.work, "run-" + name.replace(" ", ""))
-            fresh(data, d)
+            fresh(data, d, a.script)
             times[name].append(timed(cmd, d))
     load1 = os.getloadavg()[0]
     ref = os.path.join(a.work, "run-bash")
@@ -162,7 +168,7 @@ def main() -> None:
             assert dump(os.path.join(ref, f)) == dump(os.path.join(d, f)), (name, f)
     base = statistics.median(times["bash"])
     print(
-        f"{a.models} models, {size / 1e6:.1f} MB of input, {a.workers} workers, "
+        f"{a.script}: {a.models} models, {size / 1e6:.1f} MB of input, {a.workers} workers, "
         f"load average {load0:.1f} -> {load1:.1f}; results identical to bash"
     )
     for name, ts in times.items():
