@@ -319,6 +319,8 @@ def run_plan(plan: Plan, workdir: str, opts: RunOptions | None = None) -> RunRep
     opts = opts or RunOptions()
     t0 = time.perf_counter()
     backend = opts.backend
+    if not plan.clusters:
+        backend = "threads"  # nothing to run: no runtime to start
     if backend == "auto":
         try:
             import shoal  # noqa: F401

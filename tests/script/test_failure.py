@@ -172,7 +172,7 @@ def test_set_e_failure_in_the_middle_of_19_model_chain(tmp_path: Path) -> None:
     source = Path(__file__).resolve().parents[2] / "bench" / "script" / "ipcc_like.sh"
     text = source.read_text().replace("#!/bin/bash\n", "#!/bin/bash\nset -e\n", 1)
     text = text.replace("  ncwa -a time anm_${mdl}.nc bias_${mdl}.nc\n",
-                        '  if [ "$mdl" = model_09 ]; then v=nosuch; else v=tas; fi\n'
+                        '  case $mdl in model_09) v=nosuch;; *) v=tas;; esac\n'
                         "  ncwa -a time -v $v anm_${mdl}.nc bias_${mdl}.nc\n", 1)
     assert "nosuch" in text and "set -e" in text
     code, _ = both(tmp_path, text, setup=nineteen)

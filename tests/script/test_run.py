@@ -18,36 +18,39 @@ from shoal.script.runner import RunOptions, run_plan
 FAILING = """#!/bin/bash
 echo a > a.txt
 cat a.txt missing_at_run_time.txt > b.txt    # fails (the file is removed below first)
-cat b.txt > c.txt                            # depends on the failure: skipped
+cat b.txt > c.txt                            # depends on the failure: runs, as in bash
 echo independent > d.txt                     # independent branch: runs
 cat a.txt > e.txt
 """
 
 
 @pytest.mark.parametrize("backend", ["shoal", "threads"])
-def test_failure_skips_dependents_and_names_the_line(tmp_path: Path, backend: str) -> None:
+def test_failure_without_set_e_runs_the_rest_and_names_the_line(tmp_path: Path, backend: str
+                                                                ) -> None:
     (tmp_path / "missing_at_run_time.txt").write_text("x")
     plan = compile_source(FAILING.encode(), "f.sh", [], CompileOptions(cwd=str(tmp_path)))
     (tmp_path / "missing_at_run_time.txt").unlink()  # now the command on line 3 fails
     out = open(os.devnull, "w")
     report = run_plan(plan, str(tmp_path), RunOptions(backend=backend, stdout=out, stderr=out))
-    assert report.exit_code != 0
+    assert report.exit_code == 0  # bash: the status of the last command
     assert [plan.steps[v].line for v in report.failed] == [3]
-    assert [plan.steps[v].line for v in report.skipped] == [4]
+    assert report.skipped == []
     assert (tmp_path / "d.txt").read_text() == "independent\n"
     assert (tmp_path / "e.txt").read_text() == "a\n"
-    assert not (tmp_path / "c.txt").exists()
+    assert (tmp_path / "c.txt").read_text() == "a\n"  # cat wrote a.txt before failing
     assert not list(tmp_path.glob(".shoal-scratch*"))
 
 
 def test_cli_failure_report_and_exit_status(tmp_path: Path) -> None:
-    (tmp_path / "job.sh").write_text("echo x > x.txt\nsort -k nonsense x.txt > y.txt\n"
+    (tmp_path / "job.sh").write_text("set -e\necho x > x.txt\nsort -k nonsense x.txt > y.txt\n"
                                      "cat y.txt > z.txt\necho fine > w.txt\n")
     r = run_shoal(tmp_path, "job.sh")
-    assert r.returncode != 0
-    assert "job.sh:2: command failed with exit status" in r.stderr
-    assert "1 command(s) skipped" in r.stderr
-    assert (tmp_path / "w.txt").read_text() == "fine\n"
+    assert r.returncode == 2  # sort's status: set -e stops there
+    assert "job.sh:3: command failed with exit status 2 (set -e: the script stops here)" \
+        in r.stderr
+    assert "2 later command(s) left no trace" in r.stderr
+    assert (tmp_path / "x.txt").exists() and (tmp_path / "y.txt").exists()
+    assert not (tmp_path / "z.txt").exists() and not (tmp_path / "w.txt").exists()
 
 
 @pytest.mark.parametrize("backend, sig", [("threads", signal.SIGINT), ("shoal", signal.SIGINT),
