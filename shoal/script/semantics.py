@@ -38,6 +38,7 @@ class Spec:
     single: str = "input"
     skip: int = 0
     lists: dict[str, frozenset[str]] = field(default_factory=dict)
+    stdin_names: str = ""  # "", "none" or "one" (see commands.toml)
     # command-line shape -> parsed options (see _parse_shape); filled as commands are analyzed
     shapes: dict[tuple[str, ...], tuple] = field(  # type: ignore[type-arg]
         default_factory=dict, repr=False, compare=False)
@@ -111,13 +112,15 @@ class Semantics:
                 raise ScriptError(f"command table: {name}: 'like' names unknown '{entry['like']}'")
             parent = self._resolve(raw, entry["like"], seen + [name])
             base = {"positional": parent.positional, "single": parent.single, "skip": parent.skip,
+                    "stdin_names": parent.stdin_names,
                     **{k: sorted(v) for k, v in parent.lists.items() if k != "aliases"}}
         merged = {**base, **{k: v for k, v in entry.items() if k != "like"}}
         pos = merged.get("positional", "none")
         if pos not in POSITIONAL_KINDS:
             raise ScriptError(f"command table: {name}: unknown positional kind '{pos}'")
         lists = {k: frozenset(merged.get(k, ())) for k in _LIST_FIELDS}
-        return Spec(name, pos, merged.get("single", "input"), int(merged.get("skip", 0)), lists)
+        return Spec(name, pos, merged.get("single", "input"), int(merged.get("skip", 0)), lists,
+                    str(merged.get("stdin_names", "")))
 
     def get(self, program: str) -> Spec | None:
         """The spec of ``program`` (its basename), or None for an unknown program."""
@@ -187,7 +190,15 @@ class Semantics:
             for v, idx, p in out_opt:
                 use(v, out_role, idx, p)
         elif kind == "inputs_output":
-            if out_opt:
+            n_in = len(pos) if out_opt or spec.stdin_names != "one" else len(pos) - 1
+            if spec.stdin_names and n_in <= 0:
+                # no input named: NCO reads the input names from stdin, which no word says
+                res.barrier_reason = f"{spec.name} reads its input file names from stdin"
+                for a, k in pos:
+                    use(a, out_role, k)
+                for v, idx, p in out_opt:
+                    use(v, out_role, idx, p)
+            elif out_opt:
                 for a, k in pos:
                     inp(a, k)
                 for v, idx, p in out_opt:

@@ -19,8 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from script_helpers import needs_nco
+from script_helpers import compare, make_models, needs_nco
 
+from shoal.script.compiler import CompileOptions, Plan, compile_source
+from shoal.script.model import IN, Step
 from shoal.script.semantics import Semantics, Spec, _parse_shape
 
 pytestmark = needs_nco
@@ -284,3 +286,175 @@ def test_help_is_wrong_only_where_documented(
     assert not wrong, "undocumented differences between --help and the operator:\n" + \
         "\n".join(wrong)
     assert not stale, f"errata no operator's help needs any more: {stale}"
+
+
+# gdb stops the operator at its getopt_long call and prints the option tables it passes: the
+# short-option string and every struct option {name, has_arg, flag, val} up to the empty one
+_GDB_DUMP = r'''
+import gdb, struct
+gdb.execute("set pagination off")
+gdb.execute("break getopt_long")
+gdb.execute("run </dev/null >/dev/null 2>&1")
+inf = gdb.selected_inferior()
+print("SHORT", gdb.parse_and_eval("(char*)$rdx").string())
+base = int(gdb.parse_and_eval("(long)$rcx"))
+i = 0
+while True:
+    name, has_arg, _p, _flag, _val, _q = struct.unpack("<QiiQii", bytes(inf.read_memory(base + 32 * i, 32)))
+    if name == 0:
+        break
+    print("LONG", gdb.parse_and_eval(f"(char*){name}").string(), has_arg)
+    i += 1
+gdb.execute("kill")
+'''
+
+
+def getopt_tables(program: str, tmp: Path) -> tuple[dict[str, str], str]:
+    """{option: "value" | "flag"} of every short and long option ``program`` passes to
+    getopt_long, read from the running binary with gdb; or ({}, why) if gdb cannot."""
+    script = tmp / "dump.py"
+    script.write_text(_GDB_DUMP)
+    r = subprocess.run(["gdb", "-q", "-batch", "-x", str(script), "--args",
+                        shutil.which(program) or program], capture_output=True, text=True,
+                       timeout=120, cwd=tmp, stdin=subprocess.DEVNULL, env=_C_ENV)
+    opts: dict[str, str] = {}
+    for line in r.stdout.splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind == "SHORT":
+            for k, c in enumerate(rest):
+                if c != ":" and c != "-":
+                    opts["-" + c] = "value" if rest[k + 1:k + 2] == ":" else "flag"
+        elif kind == "LONG":
+            name, has_arg = rest.rsplit(" ", 1)
+            # has_arg 2 (optional) would need optional_value: NCO 5.1.4 has none
+            opts["--" + name] = {"0": "flag", "1": "value"}.get(has_arg, "optional")
+    return opts, "" if opts else (r.stdout + r.stderr)[-500:]
+
+
+@pytest.mark.skipif(shutil.which("gdb") is None or os.uname().machine != "x86_64",
+                    reason="reads the x86-64 getopt_long arguments with gdb")
+def test_table_has_every_option_of_the_binary(sem: Semantics, tmp_path: Path) -> None:
+    """The help does not list every option (aliases, hidden ones: ncks --data, ncwa --nintap);
+    the binary's own getopt tables do. The table must have each, value or not as there."""
+    done: set[str] = set()
+    for program in OPERATORS:
+        binary = os.path.realpath(shutil.which(program) or program)
+        if binary in done:
+            continue
+        done.add(binary)
+        opts, why = getopt_tables(program, tmp_path)
+        if not opts and "ptrace" in why:
+            pytest.skip(f"gdb cannot trace here: {why}")
+        assert len(opts) > 40, why
+        spec = sem.get(program)
+        assert spec is not None
+        wrong = [f"{o}: {program} says {k}, the table {table_kind(spec, o)}"
+                 for o, k in sorted(opts.items()) if table_kind(spec, o) != k]
+        assert not wrong, "\n".join(wrong)
+
+
+# ---------------------------------------------------------------- through the compiler
+
+
+def comp(d: Path, src: str) -> Plan:
+    return compile_source(src.encode(), "t.sh", [], CompileOptions(cwd=str(d)))
+
+
+def files(d: Path, step: Step) -> tuple[set[str], set[str]]:
+    """(read, written) names of ``step``, relative to ``d`` (written: any role but reading)."""
+    return ({os.path.relpath(u.path, d) for u in step.uses if u.role == IN},
+            {os.path.relpath(u.path, d) for u in step.uses if u.role != IN})
+
+
+@pytest.fixture
+def d(tmp_path: Path) -> Path:
+    for n in ("in.nc", "a.nc", "b.nc", "prog.nco"):
+        (tmp_path / n).write_text("x")
+    return tmp_path
+
+
+@pytest.mark.parametrize("line, reads, writes", [
+    # flags the old table took for options with a value (the next file was swallowed)
+    ("ncwa -b -a lat in.nc out.nc", {"in.nc"}, {"out.nc"}),
+    ("ncwa --rdd -a lat in.nc out.nc", {"in.nc"}, {"out.nc"}),
+    ("ncecat -M a.nc b.nc out.nc", {"a.nc", "b.nc"}, {"out.nc"}),
+    ("ncap2 -v -s 'x=1' in.nc out.nc", {"in.nc"}, {"out.nc"}),
+    ("ncatted -t -a units,tas,o,c,K in.nc out.nc", {"in.nc"}, {"out.nc"}),
+    # values the old table took for flags (the value became a file)
+    ("ncks -s '%g\\n' -v tas in.nc", {"in.nc"}, set()),
+    ("ncks --chunk_byte 4096 in.nc out.nc", {"in.nc"}, {"out.nc"}),
+    ("ncks --hdr_pad 1000 in.nc out.nc", {"in.nc"}, {"out.nc"}),
+    ("ncks --data in.nc a.nc", {"a.nc"}, set()),  # NCO 5.1.4: --data takes a value
+    ("ncra --cb 2000,2001,1,12,0 a.nc b.nc out.nc", {"a.nc", "b.nc"}, {"out.nc"}),
+    ("ncecat -u ens a.nc b.nc out.nc", {"a.nc", "b.nc"}, {"out.nc"}),
+    ("ncrename -g g1,g2 in.nc out.nc", {"in.nc"}, {"out.nc"}),
+    # abbreviated long options, as getopt_long reads them
+    ("ncks --var tas in.nc out.nc", {"in.nc"}, {"out.nc"}),
+    ("ncks --bfr_sz 65536 in.nc out.nc", {"in.nc"}, {"out.nc"}),
+    ("ncwa --out=out.nc -a lat in.nc", {"in.nc"}, {"out.nc"}),
+    # options whose value is a file
+    ("ncap2 -S prog.nco in.nc out.nc", {"prog.nco", "in.nc"}, {"out.nc"}),
+    ("ncap2 --fl_spt=prog.nco in.nc out.nc", {"prog.nco", "in.nc"}, {"out.nc"}),
+    ("ncks -b tas.bin -v tas in.nc out.nc", {"in.nc"}, {"tas.bin", "out.nc"}),
+    ("ncks --fl_prn=p.txt -v tas in.nc", {"in.nc"}, {"p.txt"}),
+    ("ncks -o out.nc -v tas in.nc", {"in.nc"}, {"out.nc"}),
+    ("ncbo -y sbt a.nc b.nc out.nc", {"a.nc", "b.nc"}, {"out.nc"}),
+    ("ncflint -w 0.3 -i time,1 a.nc b.nc out.nc", {"a.nc", "b.nc"}, {"out.nc"}),
+    ("ncpdq -a lat,lon -P all_new -M flt_sht in.nc out.nc", {"in.nc"}, {"out.nc"}),
+    # ncra -H is a flag (no input_file_list attribute), not a file list from stdin
+    ("ncra -H a.nc b.nc out.nc", {"a.nc", "b.nc"}, {"out.nc"}),
+])
+def test_file_uses_of_nco_commands(d: Path, line: str, reads: set[str],
+                                   writes: set[str]) -> None:
+    plan = comp(d, line + "\n")
+    (step,) = plan.steps
+    assert not step.barrier
+    assert files(d, step) == (reads, writes)
+
+
+@pytest.mark.parametrize("line", [
+    "ncks --rgr grid=grd.nc in.nc out.nc",    # writes a grid file named inside KEY=VALUE
+    "ncks --map=map.nc in.nc out.nc",         # a map read, or written with --grd_src/--grd_dst
+    "ncra -n 3,2,1 a.nc out.nc",              # NINTAP: input names made by the operator
+    "ncremap -m map.nc in.nc out.nc",         # an NCO script whose files depend on its options
+    # input names from stdin: none is a positional word (for ncra, one positional is the output)
+    "echo x.nc | ncra -o out.nc",
+    "ncks -o out.nc < list.txt",
+    "ls x.nc a.nc | ncecat out.nc",
+])
+def test_nco_commands_whose_files_are_not_in_the_words_run_as_barriers(d: Path,
+                                                                     line: str) -> None:
+    (d / "list.txt").write_text("x.nc\n")
+    plan = comp(d, "ncks in.nc x.nc\n" + line + "\n")
+    assert plan.steps[1].barrier, plan.steps[1]
+    assert plan.dag.preds[1] == {0}  # after x.nc is written, by its real name
+
+
+CHAIN = r"""set -e
+ncks -O -v tas sresalb_ccma_cgcm3_1.nc w1.nc
+ncks -O -v tas sresalb_ncar_ccsm3_0.nc w2.nc
+ncecat -O -M w1.nc w2.nc ens.nc
+ncap2 -O -s 'tas2=tas*2' -v w1.nc dbl.nc
+ncwa -O -a time -b w2.nc tavg.nc
+ncks -s '%.3f\n' -v tas -C tavg.nc > tavg.txt
+ncks -O -b tas.bin -v tas w1.nc w1_copy.nc
+rm w1.nc w2.nc
+"""
+
+
+def test_chain_whose_dependencies_the_old_table_lost(tmp_path: Path) -> None:
+    """Each reader of w1.nc / w2.nc follows an option the old table misread (-M, -v, -b
+    swallowed the file; -s turned its format into a file): the edges must be there, and the
+    run gives bash's files (w1.nc, w2.nc are scratch: a lost edge reads a missing file)."""
+    (tmp_path / "c").mkdir()
+    make_models(tmp_path / "c", 2, nt=6)
+    plan = comp(tmp_path / "c", CHAIN)
+    p = plan.dag.preds
+    assert [s.programs for s in plan.steps][2:7] == [["ncecat"], ["ncap2"], ["ncwa"], ["ncks"],
+                                                      ["ncks"]]
+    assert p[2] >= {0, 1} and p[3] >= {0} and p[4] >= {1} and p[5] >= {4} and p[6] >= {0}
+    names = {os.path.basename(g.path) for g in plan.dag.scratch_groups()}
+    assert names == {"w1.nc", "w2.nc"}
+    (tmp_path / "run").mkdir()
+    rb, rs = compare(tmp_path / "run", CHAIN, lambda d: make_models(d, 2, nt=6))
+    assert rb.returncode == 0, rb.stderr
