@@ -409,8 +409,25 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
                 self._flatten_test(c, flat, double)
             self._test_cache[node.id] = (node, (double, flat))
         # flat: (node to expand, or a token, and whether it is a pattern)
-        words = [self.expand_str(w) if type(w) is not str else w for w, _ in flat]
-        return 0 if self._test(words, [p for _, p in flat], double) else 1
+        words: list[str] = []
+        pats: list[bool] = []
+        for k, (w, p) in enumerate(flat):
+            if type(w) is str:
+                words.append(w)
+                pats.append(p)
+            elif double and k and flat[k - 1][0] in ("==", "=", "!="):
+                # the right side of == in [[ ]] is a pattern: unquoted characters, also from
+                # expansions ($pat), keep their glob meaning; quoted ones match themselves
+                words.append(self.expand_pattern(self._node_src(w)))  # type: ignore[arg-type]
+                pats.append(True)
+            else:
+                words.append(self.expand_str(w))  # type: ignore[arg-type]
+                pats.append(False)
+        return 0 if self._test(words, pats, double) else 1
+
+    @staticmethod
+    def _node_src(node: Node) -> str:
+        return (node.text or b"").decode(errors="surrogateescape")
 
     def _flatten_test(self, node: Node, out: list[tuple[Node | str, bool]], double: bool
                       ) -> None:

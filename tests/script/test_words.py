@@ -134,3 +134,26 @@ def test_unreadable_words_are_refused_with_their_line(tmp_path: Path, word: str,
     with pytest.raises(ScriptError, match=f"t.sh:2: .*{msg}"):
         compile_source(f"x=1\nprintf '%s' {word} end\n".encode(), "t.sh", [],
                        CompileOptions(cwd=str(tmp_path)))
+
+
+CONDITIONS = r"""a=x; b=y; pat='x*'; e=; re='^[a-z]\.y$'
+[[ $a$b == xy ]] && echo t1
+[[ $a.$b == "x.y" ]] && echo t2
+[[ -n $e$a ]] && echo t3
+[[ $a == $pat ]] && echo t4
+[[ $a == "$pat" ]] || echo t5
+[ $a.$b = x.y ] && echo t6
+test "$a$b" = xy && echo t7
+case "$a.$b" in "x."*) echo t8;; esac
+case $a in "$pat") echo bad;; $pat) echo t9;; esac
+[[ $a.$b =~ $re ]] && echo t10
+[[ x.y == x\.* && $a != "*" ]] && echo t11
+"""
+
+
+def test_conditions_and_patterns_decide_as_bash_does(tmp_path: Path) -> None:
+    bash = subprocess.run(["bash", "-c", CONDITIONS], cwd=tmp_path, capture_output=True,
+                          text=True, check=True).stdout.split()
+    plan = compile_source(CONDITIONS.encode(), "t.sh", [], CompileOptions(cwd=str(tmp_path)))
+    assert [s.stages[0].argv[1] for s in plan.steps] == bash
+    assert len(bash) == 11
