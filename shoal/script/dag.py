@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass, field
 
 from .model import DEL, IN, INOUT, OUT, Step
-from .simfs import TREE_OPS
+from .simfs import PRESENT, TREE_OPS
 
 CONCATENATING = frozenset({"ncrcat", "ncecat", "cat", "paste", "tar", "zcat"})
 
@@ -147,6 +147,8 @@ def build_dag(steps: list[Step], workdir: str) -> Dag:
                 dels = True
             elif role == OUT:
                 writes = True
+            elif role == PRESENT:
+                cur(u.path)  # a real file there before this step's write
         if dels:
             for k, u in enumerate(uses):
                 if u.role == DEL:

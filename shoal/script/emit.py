@@ -8,7 +8,7 @@ from .errors import Unsupported
 from .model import DEL, IN, INOUT, OUT, FileUse, Redirect, Stage, Step
 from .nodes import ALWAYS_OK, _key, _named, _text
 from .parser import Node
-from .simfs import NOCLOBBER, RMTREE, SYMLINK, TREE, VIA
+from .simfs import NOCLOBBER, PRESENT, RMTREE, SYMLINK, TREE, VIA
 
 
 class EmitMixin:
@@ -276,6 +276,10 @@ class EmitMixin:
                     fs.kind(u.path) is None:
                 role = u.role = INOUT  # may append to a file the barrier made
                 u.loc = None
+            if role == OUT and u.path not in written and fs.kind(u.path) is not None:
+                # overwrites a file present at start (or made by an unknown program): the DAG
+                # must know a real file is there, in case the new versions go to scratch
+                vias.append(FileUse(u.path, PRESENT, None))
             if role == IN or role == INOUT:
                 path = u.path
                 kind = fs.kind(path)

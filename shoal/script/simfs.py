@@ -26,6 +26,7 @@ TREE = "tree"            # makes, copies or reads the whole tree at this path (m
 RMTREE = "rmtree"        # removes the path and everything below it (rm -r, mv source); a TREE op
 SYMLINK = "symlink"      # makes a symbolic link at path to ``FileUse.prefix``; a TREE op
 VIA = "via"              # a name the command reaches a file through (a link): ordering only
+PRESENT = "present"      # the file exists, unwritten by the script, before this command writes it
 NOCLOBBER = "noclobber"  # output the program refuses to overwrite (NCO without -O/-A); emit
 #                          makes it OUT when the file is absent, else an in-place use of the file
 TREE_OPS = frozenset({TREE, RMTREE, SYMLINK})
