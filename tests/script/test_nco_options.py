@@ -353,6 +353,26 @@ def test_table_has_every_option_of_the_binary(sem: Semantics, tmp_path: Path) ->
         assert not wrong, "\n".join(wrong)
 
 
+@pytest.mark.parametrize("program", ["ncdump", "ncgen", "nccopy"])
+def test_netcdf_bin_short_options(program: str, sem: Semantics, tmp_path: Path) -> None:
+    """netcdf-bin's programs have short options only (getopt) and no useful --help: every
+    letter and digit is given alone; the table takes a value exactly where the program does."""
+    if shutil.which(program) is None:
+        pytest.skip(f"{program} not installed")
+    spec = sem.get(program)
+    assert spec is not None
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)] + \
+        [chr(c) for c in range(ord("A"), ord("Z") + 1)] + list("0123456789")
+    with ThreadPoolExecutor(4) as ex:
+        truth = dict(zip(letters, ex.map(lambda c: probe(program, "-" + c, tmp_path), letters),
+                         strict=True))
+    assert sum(v == "value" for v in truth.values()) >= 5, truth
+    wrong = [f"-{c}: {program} says {v}, the table {table_kind(spec, '-' + c)}"
+             for c, v in truth.items()
+             if (v == "value") != (table_kind(spec, "-" + c) == "value")]
+    assert not wrong, "\n".join(wrong)
+
+
 # ---------------------------------------------------------------- through the compiler
 
 
@@ -368,7 +388,7 @@ def files(d: Path, step: Step) -> tuple[set[str], set[str]]:
 
 @pytest.fixture
 def d(tmp_path: Path) -> Path:
-    for n in ("in.nc", "a.nc", "b.nc", "prog.nco"):
+    for n in ("in.nc", "a.nc", "b.nc", "prog.nco", "m.cdl"):
         (tmp_path / n).write_text("x")
     return tmp_path
 
@@ -403,6 +423,10 @@ def d(tmp_path: Path) -> Path:
     ("ncpdq -a lat,lon -P all_new -M flt_sht in.nc out.nc", {"in.nc"}, {"out.nc"}),
     # ncra -H is a flag (no input_file_list attribute), not a file list from stdin
     ("ncra -H a.nc b.nc out.nc", {"a.nc", "b.nc"}, {"out.nc"}),
+    # netcdf-bin
+    ("nccopy -u -s in.nc out.nc", {"in.nc"}, {"out.nc"}),
+    ("ncdump -f c -v tas in.nc", {"in.nc"}, set()),
+    ("ncgen -x -o out.nc m.cdl", {"m.cdl"}, {"out.nc"}),
 ])
 def test_file_uses_of_nco_commands(d: Path, line: str, reads: set[str],
                                    writes: set[str]) -> None:
@@ -421,6 +445,7 @@ def test_file_uses_of_nco_commands(d: Path, line: str, reads: set[str],
     "echo x.nc | ncra -o out.nc",
     "ncks -o out.nc < list.txt",
     "ls x.nc a.nc | ncecat out.nc",
+    "ncgen -b m.cdl",  # writes the file the CDL's `netcdf NAME {` names
 ])
 def test_nco_commands_whose_files_are_not_in_the_words_run_as_barriers(d: Path,
                                                                      line: str) -> None:
