@@ -1,10 +1,11 @@
-"""Run a compiled plan: each cluster is one command task running a generated ``sh`` chain.
+"""Run a compiled plan: each cluster is one command task running a generated bash chain.
 
-A worker runs a whole chain without a round trip per command. Inside the chain every command
-checks the status of the commands it depends on (shell variables inside the cluster, status
-files for other clusters) and is skipped when one failed, so a failing command skips its
-dependents while independent branches finish. Each command's stdout and stderr go to files that
-the runner prints in script order, so the output reads as bash's would.
+A worker runs a whole chain without a round trip per command, under the script's bash, each
+command with the shell options in force at its line. Failures are bash's: without `set -e`
+every command runs (a `&&` skips what follows a failure); under `set -e` the script stops at
+the first failing command in script order and later commands leave no trace (``staging.py``:
+staged writes, in-order commands, the frontier below). Each command's stdout and stderr go to
+files that the runner prints in script order, so the output reads as bash's would.
 
 Intermediate files live in a scratch directory: ``/dev/shm`` while the estimated live size fits
 in a fraction of its free space, a directory on disk otherwise. A chain deletes a scratch file
@@ -44,7 +45,7 @@ from typing import IO, Any
 from .cluster import Cluster
 from .compiler import Plan
 from .model import option_prologue
-from .staging import materialize
+from .staging import materialize, unpin
 
 SKIPPED = "skip"
 
@@ -370,8 +371,10 @@ def _run_plan(plan: Plan, workdir: str, opts: RunOptions, t0: float, backend: st
             local_delete.setdefault(last, []).append(gid)
         else:
             client_delete[gid] = cl
+    # per-node memory directories go when their chain ends: under set -e an intermediate may
+    # outlive its chain (the place where the script stops needs it), so those go to disk
     lay = _Layout(plan, os.path.abspath(workdir), opts,
-                  node_local=single if scope == "cluster" else None)
+                  node_local=({} if stg.on else single) if scope == "cluster" else None)
     for gid in stg.staged:  # staged final files: on disk, next to the real ones
         lay.place[gid] = lay.disk
     report = RunReport(scratch_shm=lay.shm_count, scratch_disk=lay.disk_count, shm_scope=scope)
@@ -382,6 +385,7 @@ def _run_plan(plan: Plan, workdir: str, opts: RunOptions, t0: float, backend: st
             f.write(_chain_script(plan, c, lay, local_delete))
         scripts.append(path)
     front = _Frontier(plan, lay, opts)
+    physical = {gid: lay.scratch_path(plan, gid) for gid in lay.place}
     pending_delete = {gid: set(cl) for gid, cl in client_delete.items()}
     # in-order steps start clusters that the runner releases when the frontier reaches them
     gated = {cid: c.steps[0] for cid, c in enumerate(plan.clusters) if c.steps[0] in stg.in_order}
@@ -406,7 +410,10 @@ def _run_plan(plan: Plan, workdir: str, opts: RunOptions, t0: float, backend: st
             return []
         opened = [c for c, first in gated.items() if first <= front.next]
         for c in opened:
-            del gated[c]
+            first = gated.pop(c)
+            if dag.steps[first].barrier:  # an unknown program sees the files by name
+                for msg in unpin(dag, stg, first, physical):
+                    print(f"shoal script: {msg}", file=opts.stderr or sys.stderr)
         return opened
 
     report.backend = backend
@@ -424,7 +431,6 @@ def _run_plan(plan: Plan, workdir: str, opts: RunOptions, t0: float, backend: st
             front.advance(list(range(len(dag.steps))))
             if stg.on:
                 last = front.stopped if front.stopped is not None else len(dag.steps) - 1
-                physical = {gid: lay.scratch_path(plan, gid) for gid in lay.place}
                 for msg in materialize(dag, stg, last, physical):
                     print(f"shoal script: {msg}", file=opts.stderr or sys.stderr)
         for v in range(len(dag.steps)):

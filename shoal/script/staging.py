@@ -66,6 +66,9 @@ class Staging:
     subst: list[dict[tuple[int, str, int], int]] = field(default_factory=list)  # staged words
     ends: dict[int, int] = field(default_factory=dict)  # group -> step that ends its content
     by_path: dict[str, list[int]] = field(default_factory=dict)  # path -> versions, in order
+    # staged versions alive at an unknown program (a barrier): moved to their real names just
+    # before it runs; the commands after it use the real names (it may have changed them)
+    pins: dict[int, list[int]] = field(default_factory=dict)  # barrier step -> versions
 
 
 def analyze(dag: Dag, on: bool) -> Staging:
@@ -74,25 +77,38 @@ def analyze(dag: Dag, on: bool) -> Staging:
     if not on:
         return st
     steps, versions, groups = dag.steps, dag.versions, dag.groups
-    # a real group is staged when all its versions are the script's and have literal names
+    # names written where the command line does not show them (`cp a b dir/`) cannot be staged
+    unnamed = {u.path for s in steps for u in s.uses if u.loc is None}
+    # a real group is staged when all its versions are the script's, with literal names
     for g in groups:
-        if g.real and all(versions[v].writer is not None and not versions[v].pinned
-                          for v in g.versions):
+        if g.real and g.path not in unnamed and all(versions[v].writer is not None
+                                                    for v in g.versions):
             st.staged.add(g.id)
     st.subst = [{} for _ in steps]
+    end_of: dict[int, int] = {}  # version -> the step that ends it
     last_of: dict[str, int] = {}
     for v in versions:
         st.by_path.setdefault(v.path, []).append(v.id)
         prev = last_of.get(v.path)
         if prev is not None and versions[prev].deleter is None and v.writer is not None:
-            _end(st, versions[prev].group, v.writer)
+            end_of[prev] = v.writer
         last_of[v.path] = v.id
         if v.deleter is not None:
-            _end(st, v.group, v.deleter)
+            end_of[v.id] = v.deleter
+    for vid, e in end_of.items():
+        _end(st, versions[vid].group, e)
+    barriers = [s.id for s in steps if s.barrier]
+    for v in versions:
         if v.group not in st.staged:
             continue
+        pin = len(steps)  # uses from this step on name the real file
+        if v.pinned and barriers:
+            end = end_of.get(v.id, len(steps))
+            pin = next((b for b in barriers if b > (v.writer or 0) and b <= end), len(steps))
+            if pin < len(steps):
+                st.pins.setdefault(pin, []).append(v.id)
         for sid, roles in [(v.writer, (OUT, INOUT))] + [(r, (IN, INOUT)) for r in v.readers]:
-            if sid is None:
+            if sid is None or sid >= pin:
                 continue
             for u in steps[sid].uses:
                 if u.path == v.path and u.role in roles and u.loc is not None:
@@ -113,6 +129,27 @@ def _end(st: Staging, group: int, step: int) -> None:
         st.ends[group] = step
 
 
+def unpin(dag: Dag, st: Staging, barrier: int, physical: dict[int, str]) -> list[str]:
+    """Before the unknown program ``barrier`` runs: its files go to their real names."""
+    errors: list[str] = []
+    for vid in st.pins.get(barrier, ()):
+        v = dag.versions[vid]
+        _move(physical.get(v.group), v.path, errors)
+    return errors
+
+
+def _move(src: str | None, path: str, errors: list[str]) -> None:
+    if src is None or not os.path.lexists(src):
+        return  # a real name already, or its writer failed without writing it
+    try:
+        try:
+            os.replace(src, path)
+        except OSError:  # another file system (memory scratch, --scratch elsewhere)
+            shutil.move(src, path)
+    except OSError as exc:
+        errors.append(f"cannot move {src} to {path}: {exc.strerror}")
+
+
 def materialize(dag: Dag, st: Staging, upto: int, physical: dict[int, str]) -> list[str]:
     """Put on their real names the files as bash leaves them after step ``upto`` (the last one
     run): each path's version alive then, moved from its staged or scratch file. ``physical``
@@ -128,14 +165,5 @@ def materialize(dag: Dag, st: Staging, upto: int, physical: dict[int, str]) -> l
         if cur is None or cur.writer is None or (cur.deleter is not None
                                                  and cur.deleter <= upto):
             continue
-        src = physical.get(cur.group)
-        if src is None or not os.path.lexists(src):
-            continue  # a real name already, or its writer failed without writing it
-        try:
-            try:
-                os.replace(src, path)
-            except OSError:  # another file system (memory scratch, --scratch elsewhere)
-                shutil.move(src, path)
-        except OSError as exc:
-            errors.append(f"cannot move {src} to {path}: {exc.strerror}")
+        _move(physical.get(cur.group), path, errors)
     return errors

@@ -179,3 +179,14 @@ def test_set_e_failure_in_the_middle_of_19_model_chain(tmp_path: Path) -> None:
     assert code != 0
     assert (tmp_path / "shoal" / "anm_model_08.nc").exists()
     assert not (tmp_path / "shoal" / "biases.nc").exists()
+
+
+@pytest.mark.parametrize("fail_first", [False, True])
+def test_set_e_with_an_unknown_program(tmp_path: Path, fail_first: bool) -> None:
+    # the unknown program (a barrier) sees the files written before it under their names
+    fail = "grep zzz in.txt > g.txt\n"
+    code, out = both(tmp_path, "set -e\nsort in.txt > a.txt\n" + (fail if fail_first else "")
+                     + "tr a-z A-Z < in.txt > u.txt\nsh -c 'cat a.txt u.txt > b.txt'\n"
+                     "cat b.txt > c.txt\n" + ("" if fail_first else fail)
+                     + "sort -r in.txt > late.txt\necho end\n")
+    assert code == 1 and out == ""
