@@ -41,11 +41,11 @@ class ArithMixin:
     def arith_error(self, expr: str, message: str, token: str) -> NoReturn:
         """Bash's arithmetic error: in ``(( ))``/``let``/``for (( ))`` the command fails with
         status 1 (ArithError, caught there); anywhere else (``$(( ))``, a ``declare -i``
-        assignment, a test's operand) the shell prints it and exits with status 1."""
+        assignment) bash prints it and abandons the current top-level command (``_abort``)."""
         text = f'{expr}: {message} (error token is "{token}")'
         if self._arith_soft:
             raise ArithError(text)
-        self._fatal(text)
+        self._abort(text)
 
     def _arith_status(self, what: str, fn: Callable[[], int]) -> int:
         """Run ``fn`` (an arithmetic command) as bash does: an error prints ``WHAT: ...`` on
@@ -211,7 +211,10 @@ def _arith_compile(node: Node) -> tuple:  # type: ignore[type-arg]
     not know becomes ``("node", node)``, evaluated by ``Interpreter._arith_node``."""
     t = node.type
     if t == "number":
-        return _num_prog(_text(node))
+        text = _text(node)
+        if "$" in text or "`" in text:
+            return ("text", node)  # `10#${y}`: expanded first, then read as a number
+        return _num_prog(text)
     if t in ("variable_name", "word"):
         name = _text(node)
         if re.fullmatch(r"-?\d\w*", name):
@@ -225,7 +228,31 @@ def _arith_compile(node: Node) -> tuple:  # type: ignore[type-arg]
             return ("node", node)
         op = _text(opn)
         if op in _ASSIGN_OPS:
-            return ("aset", op, _text(left), _arith_compile(right))
+            # tree-sitter nests x = y = 4 as (x = y) = 4; assignment is right-associative
+            chain = [(op, right)]
+            while left.type == "binary_expression" and _text(
+                    left.child_by_field_name("operator") or left) in _ASSIGN_OPS:
+                chain.append((_text(left.child_by_field_name("operator")),  # type: ignore[arg-type]
+                              left.child_by_field_name("right")))
+                left = left.child_by_field_name("left")  # type: ignore[assignment]
+            targets = [_text(left)] + [_text(n) for _, n in reversed(chain[1:])]
+            ops = [o for o, _ in reversed(chain)]
+            prog = _arith_compile(chain[0][1])
+            for name, o in zip(reversed(targets), reversed(ops), strict=True):
+                prog = ("aset", o, name, prog)
+            return prog
+        if op == "**":  # tree-sitter nests a ** b ** c to the left; bash to the right
+            operands = [right]
+            while left.type == "binary_expression" and _text(
+                    left.child_by_field_name("operator") or left) == "**":
+                operands.append(left.child_by_field_name("right"))  # type: ignore[arg-type]
+                left = left.child_by_field_name("left")  # type: ignore[assignment]
+            prog = _arith_compile(left)
+            progs = [prog] + [_arith_compile(n) for n in reversed(operands)]
+            out = progs[-1]
+            for p in reversed(progs[:-1]):
+                out = ("bin", "**", p, out)
+            return out
         if op == "&&":
             return ("and", _arith_compile(left), _arith_compile(right))
         if op == "||":
@@ -244,7 +271,7 @@ def _arith_compile(node: Node) -> tuple:  # type: ignore[type-arg]
         if op in ("++", "--"):
             return ("pre", _text(kids[1]), 1 if op == "++" else -1)
         if op in ("-", "+", "!", "~"):
-            return ("un", op, _arith_compile(kids[1]))
+            return _unary((op,), kids[1])
         return ("node", node)
     if t == "postfix_expression":
         kids = node.children
@@ -263,6 +290,37 @@ def _arith_compile(node: Node) -> tuple:  # type: ignore[type-arg]
             return ("node", node)
         return ("tern", *(_arith_compile(c) for c in parts[:3]))
     return ("node", node)
+
+
+def _unary(ops: tuple[str, ...], node: Node) -> tuple:  # type: ignore[type-arg]
+    """Unary operators ``ops`` (outermost first) applied to ``node``.
+
+    tree-sitter-bash 0.25 nests ``-2 - 1`` as ``-(2 - 1)``; in bash a unary operator binds
+    tighter than every binary one (``-2**2`` is 4), so it applies to the leftmost operand."""
+    t = node.type
+    kids = node.children
+    if t in ("unary_expression", "prefix_expression") and len(kids) >= 2 and \
+            _text(kids[0]) in ("-", "+", "!", "~"):
+        return _unary((*ops, _text(kids[0])), kids[1])
+    if t == "binary_expression":
+        left = node.child_by_field_name("left")
+        right = node.child_by_field_name("right")
+        opn = node.child_by_field_name("operator")
+        if left is not None and right is not None and opn is not None and \
+                _text(opn) not in _ASSIGN_OPS:
+            op = _text(opn)
+            kind = {"&&": "and", "||": "or"}.get(op)
+            lhs, rhs = _unary(ops, left), _arith_compile(right)
+            return (kind, lhs, rhs) if kind else ("bin", op, lhs, rhs)
+    if t == "ternary_expression":
+        parts = [c for c in kids if c.is_named]
+        if len(parts) >= 3:
+            return ("tern", _unary(ops, parts[0]), _arith_compile(parts[1]),
+                    _arith_compile(parts[2]))
+    prog = _arith_compile(node)
+    for op in reversed(ops):
+        prog = ("un", op, prog)
+    return prog
 
 
 def _num_prog(text: str) -> tuple[str, int | str]:

@@ -45,12 +45,19 @@ SET_O_LETTERS = {"errexit": "e", "nounset": "u", "xtrace": "x", "verbose": "v", 
 SET_O_ONLY = frozenset({"pipefail"})
 # `shopt -s/-u` names whose meaning is modelled: the glob options (expand.py's _glob_field
 # honours them) and ones that change nothing a script without aliases or a terminal does
-SHOPT_MODELLED = frozenset({"nullglob", "failglob", "dotglob", "expand_aliases", "checkwinsize",
+SHOPT_MODELLED = frozenset({"nullglob", "failglob", "expand_aliases", "checkwinsize",
                             "histappend", "progcomp", "promptvars", "sourcepath",
                             "interactive_comments", "cmdhist", "complete_fullquote",
                             "extquote", "force_fignore", "hostcomplete"})
 _ASSIGN_WORD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=", re.S)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class _Abort(_Exit):
+    """An error after which bash abandons the current top-level command (the rest of its line,
+    the loop or function call it is in) and goes on with the next one, ``$?`` = 1: an
+    arithmetic error in an expansion, an assignment to a readonly variable, ``failglob``. A
+    subshell or command substitution ends there (it is an ``_Exit`` for them)."""
 
 
 class _ReadonlyError(ScriptError):
@@ -111,6 +118,27 @@ class BuiltinsMixin:
         self._stderr(message)
         raise _Exit(status)
 
+    def _abort(self, message: str) -> NoReturn:
+        """See :class:`_Abort`: the message on stderr, then back to the top level."""
+        if self._guard is not None:
+            raise self.error(f"error '{message}' after a command whose exit status is known "
+                             "only when the script runs", Unsupported)
+        self._stderr(message)
+        raise _Abort(1)
+
+    def _run_units(self, root: Node) -> None:
+        """The script's top-level commands, as bash reads them: one line (or one compound
+        command) at a time, so an :class:`_Abort` skips the rest of that unit only."""
+        skip_row = -1
+        for stmt in self._stmts(root) or []:
+            if stmt.start_point[0] <= skip_row:
+                continue  # on the line the aborted command ends on: same unit
+            try:
+                self.exec_node(stmt)
+            except _Abort as a:
+                self.last_status = a.status
+                skip_row = stmt.end_point[0]
+
     # ------------------------------------------------------------------ calling builtins
     def _builtin_call(self, method: Any, args: list[str], assigns: list[Any],
                       redirects: list[Any]) -> int | None:
@@ -158,6 +186,9 @@ class BuiltinsMixin:
         st = Stage([], [], {})
         for r, g in zip(nodes, glued, strict=True):
             self._redirect(r, st, g)
+        for r in st.redirects:  # opened before the builtin runs (popd > f: f is here)
+            if not (r.op in (">&", "<&") and (r.target.isdigit() or r.target == "-")):
+                r.target = os.path.normpath(os.path.join(self.cwd, r.target))
         text: str | None = st.heredoc
         own: list[Redirect] = []
         for r in st.redirects:
@@ -213,7 +244,7 @@ class BuiltinsMixin:
         if "r" in a:
             if self._ro_soft:
                 raise _ReadonlyError(f"{name}: readonly variable")
-            self._fatal(f"{name}: readonly variable")
+            self._abort(f"{name}: readonly variable")
         if "i" in a:
             value = str(self.arith_text(value))
         if "l" in a and "u" not in a:
@@ -273,7 +304,7 @@ class BuiltinsMixin:
                     (add if word[0] == "-" else remove).add(letter)
         if kind == "readonly":
             add.add("r")
-        elif kind == "export":
+        elif kind == "export" and "x" not in remove:
             add.add("x")
         names = items[k:]
         if not names:

@@ -317,12 +317,14 @@ class ExpandMixin:
                 return matches
             if "nullglob" in self.shopt:
                 return []
+            if "failglob" in self.shopt:  # bash abandons the current top-level command
+                self._abort(f"no match: {''.join(t for t, _ in fl)}")  # type: ignore[attr-defined]
         return ["".join(t for t, _ in fl)]
 
     # ------------------------------------------------------------------ parameters
     def _unbound(self, name: str) -> None:
-        raise self.error(f"{name}: unbound variable (set -u): the script stops here in bash",
-                         Unsupported)
+        # set -u: bash prints this and exits with status 1 (builtins.py: _fatal)
+        self._fatal(f"{name}: unbound variable")  # type: ignore[attr-defined]
 
     def _get(self, name: str) -> str | None:
         if name.isdigit():
@@ -409,9 +411,9 @@ class ExpandMixin:
                 result = value or ""
             else:
                 if unset:
-                    msg = self.expand_str(arg, mode) or "parameter null or not set"
-                    raise self.error(f"{name}: {msg} (the script stops here in bash)",
-                                     Unsupported)
+                    msg = self.expand_str(arg, mode) or (
+                        "parameter null or not set" if op == ":?" else "parameter not set")
+                    self._fatal(f"{name}: {msg}")  # type: ignore[attr-defined]
                 result = value or ""
             self._value_into(result, f, quoted)
             return

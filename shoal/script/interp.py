@@ -109,7 +109,7 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         root = parse(source, self.script)
         try:
             try:
-                self.exec_node(root)
+                self._run_units(root)
             except _Exit as e:
                 self.result.exit_status = e.status
             except (_Break, _Return):
@@ -138,7 +138,10 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
             stmts = self._stmts(node)
             if stmts is None:  # `(( ... ))`
                 self.line = _line(node)
-                return self._arith_command(node)
+                status = self.last_status = self._arith_command(node)
+                if status and self.set_e and not self._capture:
+                    raise _Exit(status)
+                return status
             status: int | None = 0
             for child in stmts:
                 status = self.exec_node(child)
