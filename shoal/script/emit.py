@@ -250,21 +250,19 @@ class EmitMixin:
         # after an unknown program (a barrier) the simulated fs may lack files it made: a path it
         # does not know keeps its real name (the barrier orders it) instead of being refused
         unsure = getattr(self, "_fs_unsure", False)
-        links = fs.has_links
         vias: list[FileUse] = []
         for u in step.uses:
             role = u.role
             if role == VIA:
                 continue
-            if links:
-                real = fs.resolve(u.path, follow=role in (IN, OUT, INOUT, NOCLOBBER))
-                if real != u.path:
-                    # reached through a symbolic link: the file is its target, used by the name
-                    # the script wrote, and ordered with changes to the link (the name)
-                    vias.append(FileUse(u.path, VIA, None))
-                    u.path, u.loc = real, None
+            real, kind = fs.lookup(u.path, follow=role in (IN, OUT, INOUT, NOCLOBBER))
+            if real != u.path:
+                # reached through a symbolic link: the file is its target, used by the name
+                # the script wrote, and ordered with changes to the link (the name)
+                vias.append(FileUse(u.path, VIA, None))
+                u.path, u.loc = real, None
             if role == NOCLOBBER:
-                if unsure or fs.kind(u.path) is not None:
+                if unsure or kind is not None:
                     # NCO refuses to overwrite it (and fails, as in bash): the file stays what
                     # it is, an in-place use under its real name after every earlier use
                     role = u.role = INOUT
@@ -273,16 +271,15 @@ class EmitMixin:
                     role = u.role = OUT
             elif role == OUT and unsure and u.loc is not None and u.loc[1] == "r" and \
                     step.stages[u.loc[0]].redirects[u.loc[2]].op in (">>", "&>>") and \
-                    fs.kind(u.path) is None:
+                    kind is None:
                 role = u.role = INOUT  # may append to a file the barrier made
                 u.loc = None
-            if role == OUT and u.path not in written and fs.kind(u.path) is not None:
+            if role == OUT and kind is not None and u.path not in written:
                 # overwrites a file present at start (or made by an unknown program): the DAG
                 # must know a real file is there, in case the new versions go to scratch
                 vias.append(FileUse(u.path, PRESENT, None))
             if role == IN or role == INOUT:
                 path = u.path
-                kind = fs.kind(path)
                 if kind is None:
                     if unsure:
                         u.loc = None  # maybe made by an unknown program: its real name

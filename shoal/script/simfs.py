@@ -124,14 +124,35 @@ class SimFS:
             listing = self._listing(parent)  # may find the first link
         if not self.has_links:
             return path
-        real_parent = self._alias.get(parent, parent)
-        full = real_parent + "/" + name if real_parent != "/" else "/" + name
-        if not follow or listing is None:
-            return full
-        k = listing.get(name)
+        real_parent = self._alias.get(parent)
+        k = listing.get(name) if follow and listing is not None else None
         if k is None or k[0] != LINK or depth > _MAX_LINKS:
-            return full
-        return self.resolve(os.path.join(real_parent, k[1:]), True, depth + 1)
+            if real_parent is None:  # the common case: nothing to replace
+                return path
+            return real_parent + "/" + name if real_parent != "/" else "/" + name
+        return self.resolve(os.path.join(real_parent or parent, k[1:]), True, depth + 1)
+
+    def lookup(self, path: str, follow: bool = True) -> tuple[str, str | None]:
+        """``(resolve(path, follow), kind)`` in one step (the compiler asks both per file use);
+        ``kind`` follows a last link only when ``follow`` is true."""
+        if "//" in path or "/." in path or path.endswith("/") or not path.startswith("/"):
+            path = os.path.normpath(path)
+        parent, _, name = path.rpartition("/")
+        parent = parent or "/"
+        listing = self._dirs.get(parent)
+        if listing is None:
+            listing = self._listing(parent)
+            if listing is None:
+                return path, None
+        k = listing.get(name)
+        if k is not None and len(k) > 1 and follow:  # a link: the file is its target
+            real = self.resolve(path)
+            k = self.kind(real, False)
+            return real, None if k is not None and k[0] == LINK else k
+        real_parent = self._alias.get(parent)
+        if real_parent is not None:
+            path = real_parent + "/" + name if real_parent != "/" else "/" + name
+        return path, k
 
     def _forget_aliases(self) -> None:
         for a in self._alias:
