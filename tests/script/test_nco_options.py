@@ -65,7 +65,7 @@ def parse_help(text: str) -> tuple[dict[str, bool], set[str]]:
     for line in lines:
         if not (re.match(r"-[A-Za-z0-9], --", line) or re.match(r"\s+--", line)):
             continue
-        head, tab, _desc = line.strip().partition("\t")
+        head, _tab, _desc = line.strip().partition("\t")
         m = _NAMES.match(head)
         assert m, line
         names = [n.strip() for n in m.group(1).split(",")]
