@@ -261,7 +261,9 @@ class EmitMixin:
                 # the script wrote, and ordered with changes to the link (the name)
                 vias.append(FileUse(u.path, VIA, None))
                 u.path, u.loc = real, None
-            if role == NOCLOBBER:
+            if role == RMTREE and kind is None and not unsure:
+                role = u.role = VIA  # rm -f of an absent path: changes nothing, orders nothing
+            elif role == NOCLOBBER:
                 if unsure or kind is not None:
                     # NCO refuses to overwrite it (and fails, as in bash): the file stays what
                     # it is, an in-place use under its real name after every earlier use

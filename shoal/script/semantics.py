@@ -432,8 +432,9 @@ def _copy_tree(fs: SimFS, src: str, out: str, move: bool, res: Analysis) -> None
     if out == src or out.startswith(src + "/"):
         return  # into itself: an error in bash, nothing changes
     out_kind = fs.kind(out)
-    if out_kind == "f" or (out_kind == DIR and move and fs.listdir(out)):
-        return  # cannot overwrite a file / a non-empty directory: an error, nothing changes
+    if out_kind == "f" or (out_kind == DIR and move and fs.listdir(out)) or \
+            not fs.isdir(os.path.dirname(out)):
+        return  # onto a file / a non-empty directory / into nowhere: an error, nothing changes
     uses = res.uses
     uses.append(FileUse(src, RMTREE if move else TREE, None))
     uses.append(FileUse(out, TREE, None))
