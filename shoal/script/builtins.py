@@ -661,12 +661,12 @@ class BuiltinsMixin:
         return self._arith_status("let", run)
 
     def _b_test(self, args: list[str]) -> int:
-        return 0 if self._test(args, [False] * len(args), False) else 1
+        return self._test_status(args, [False] * len(args), False, "test")
 
     def _b_lbrack(self, args: list[str]) -> int:
         if not args or args[-1] != "]":
             raise self.error("[: missing ']'")
-        return self._b_test(args[:-1])
+        return self._test_status(args[:-1], [False] * (len(args) - 1), False, "[")
 
     def _b_source(self, args: list[str]) -> int | None:
         if not args:

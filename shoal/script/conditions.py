@@ -6,13 +6,31 @@ import fnmatch
 import os
 import re
 
+from .arith import ArithError
 from .errors import Unsupported
+
+_TEST_INT = re.compile(r"[ \t\n]*[-+]?[0-9]+[ \t\n]*")
+
+
+class _TestError(Exception):
+    """A test bash reports as an error: ``[`` gives status 2, ``[[`` status 1."""
 
 
 class TestMixin:
     """Conditions, as the interpreter's mixin."""
 
     # ------------------------------------------------------------------ test / [ ] / [[ ]]
+    def _test_status(self, words: list[str], pattern: list[bool], double: bool,
+                     name: str = "[") -> int:
+        """The exit status of ``test``/``[``/``[[`` with these operands (an error prints
+        bash's message: ``[: x: integer expression expected`` is status 2)."""
+        self._test_double = double
+        try:
+            return 0 if self._test(words, pattern, double) else 1
+        except _TestError as exc:
+            self._stderr(f"{'[[' if double else name}: {exc}")  # type: ignore[attr-defined]
+            return 1 if double else 2
+
     def _test(self, words: list[str], pattern: list[bool], double: bool) -> bool:
         n = len(words)
         # the usual shapes, decided as the general parser below would decide them
@@ -94,12 +112,24 @@ class TestMixin:
         if op in ("-nt", "-ot", "-ef"):
             raise self.error(f"test {op} compares file times, known only at run time",
                              Unsupported)
-        try:
-            x, y = int(a.strip() or "0"), int(b.strip() or "0")
-        except ValueError:
-            raise self.error(f"test: integer expression expected: '{a}' {op} '{b}'")
+        x, y = self._test_int(a), self._test_int(b)
         return {"-eq": x == y, "-ne": x != y, "-lt": x < y, "-le": x <= y, "-gt": x > y,
                 "-ge": x >= y}[op]
+
+    def _test_int(self, text: str) -> int:
+        if getattr(self, "_test_double", False):  # [[ ]]: operands are arithmetic
+            self._arith_soft += 1  # type: ignore[has-type]
+            try:
+                return self.arith_text(text)  # type: ignore[attr-defined,no-any-return]
+            except ArithError as exc:
+                raise _TestError(exc.message) from None
+            finally:
+                self._arith_soft -= 1
+        if _TEST_INT.fullmatch(text):
+            v = int(text)
+            if -(1 << 63) <= v < (1 << 63):
+                return v
+        raise _TestError(f"{text}: integer expression expected")
 
     def _unary_test(self, op: str, arg: str) -> bool:
         if op == "-z":

@@ -426,7 +426,7 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
             else:
                 words.append(self.expand_str(w))  # type: ignore[arg-type]
                 pats.append(False)
-        return 0 if self._test(words, pats, double) else 1
+        return self._test_status(words, pats, double)
 
     @staticmethod
     def _node_src(node: Node) -> str:

@@ -144,6 +144,11 @@ ARITH = {
     "precedence": ('x=5 y=2\necho $(( -2 - 1 )) $(( -2**2 )) $(( - -3 - 1 )) $(( ~1 + 1 )) '
                    '$(( 2 ** 3 ** 2 )) $(( -x ** 2 )) $(( 1 - -1 )) $(( -1 ? 2 : 3 ))\n'
                    'echo $(( x = y = 4 )) $x $y $(( x += y -= 1 )) $x $y\n', None),
+    "test_integers": ('[ 08 -eq 8 ]; echo "a $?"\n[ " 8 " -eq 8 ]; echo "b $?"\n'
+                      '[ "" -eq 0 ]; echo "c $?"\n[ 0x1 -eq 1 ]; echo "d $?"\n'
+                      'test abc -lt 1; echo "e $?"\nx=3\n[[ x -eq 3 && 1+1 -eq 2 ]]; '
+                      'echo "f $?"\n[[ 08 -eq 8 ]]; echo "g $?"\n[[ 0x10 -eq 16 ]]; '
+                      'echo "h $?"\n', None),
     "integer_var_error": ('declare -i n\nn=08; echo skipped\necho "after $? [$n]"\n', None),
 }
 
