@@ -96,15 +96,32 @@ def snapshot(d: Path) -> dict[str, str | bytes]:
     return files
 
 
-def shm_leftovers() -> set[str]:
-    return set(glob.glob("/dev/shm/shoal-script-*"))
+def shm_leftovers(pid: int | None = None) -> set[str]:
+    """Memory scratch directories of the `shoal script` process ``pid`` (all when None): they
+    are named after the process, so other runs on the machine do not count."""
+    return set(glob.glob(f"/dev/shm/shoal-script-{pid}-*" if pid else "/dev/shm/shoal-script-*"))
+
+
+class ShoalRun(subprocess.CompletedProcess):  # type: ignore[type-arg]
+    """A finished `shoal script` run and the pid it ran as (its scratch is named after it)."""
+
+    pid: int = 0
 
 
 def run_shoal(d: Path, script: str, *args: str, extra: tuple[str, ...] = (),
-              timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "shoal", "script", *extra, script, *args],
-                          cwd=d, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+              timeout: float = 120) -> ShoalRun:
+    cmd = [sys.executable, "-m", "shoal", "script", *extra, script, *args]
+    with subprocess.Popen(cmd, cwd=d, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, env={**os.environ, "PYTHONPATH": str(REPO)}) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            raise
+    run = ShoalRun(cmd, p.returncode, out, err)
+    run.pid = p.pid
+    return run
 
 
 def run_bash(d: Path, script: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -121,7 +138,6 @@ def compare(tmp_path: Path, source: str, setup, *args: str, extra: tuple[str, ..
         d.mkdir()
         setup(d)
         (d / "job.sh").write_text(source)
-    before = shm_leftovers()
     rb = run_bash(a, "job.sh", *args)
     rs = run_shoal(b, "job.sh", *args, extra=extra)
     assert rs.returncode == rb.returncode, (rb.stderr, rs.stderr)
@@ -130,5 +146,5 @@ def compare(tmp_path: Path, source: str, setup, *args: str, extra: tuple[str, ..
     for k in sa:
         assert sa[k] == sb[k], f"{k} differs\n{rs.stderr}"
     assert not list(b.glob(".shoal-scratch*")), "disk scratch left behind"
-    assert shm_leftovers() <= before, "memory scratch left behind"
+    assert not shm_leftovers(rs.pid), "memory scratch left behind"
     return rb, rs

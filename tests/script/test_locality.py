@@ -86,7 +86,6 @@ def test_clusters_follow_the_agent_that_wrote_their_inputs(tmp_path: Path, agent
     sorts = [s.id for s in plan.steps if s.programs == ["sort"]]
     feeders = {cluster_of[s]: cluster_of[s - 1] for s in sorts}
     assert len(feeders) == 6 and all(c != p for c, p in feeders.items())
-    before = shm_leftovers()
     with open(os.devnull, "w") as null:
         report = run_plan(plan, str(run), RunOptions(connect=agents, stdout=null, stderr=null))
     assert report.exit_code == 0, report.status
@@ -101,7 +100,7 @@ def test_clusters_follow_the_agent_that_wrote_their_inputs(tmp_path: Path, agent
     # and the run leaves bash's files
     sa, sb = snapshot(ref), snapshot(run)
     assert sa == sb
-    assert shm_leftovers() <= before
+    assert not shm_leftovers(os.getpid())
     # the same through the command line
     cli = tmp_path / "cli"
     cli.mkdir()
@@ -127,7 +126,6 @@ def test_node_local_memory_scratch_keeps_shared_files_on_disk(tmp_path: Path,
     src = (run / "job.sh").read_text()
     assert run_bash(ref, "job.sh").returncode == 0
     plan = compile_source(src.encode(), "job.sh", [], CompileOptions(cwd=str(run)))
-    before = shm_leftovers()
     with open(os.devnull, "w") as null:
         report = run_plan(plan, str(run), RunOptions(backend=backend, workers=2,
                                                      shm_scope="cluster", stdout=null,
@@ -137,7 +135,7 @@ def test_node_local_memory_scratch_keeps_shared_files_on_disk(tmp_path: Path,
     # a_i (read by two clusters) on disk; t.txt (inside the last chain) in memory
     assert report.scratch_disk == 6 and report.scratch_shm == 1
     assert snapshot(ref) == snapshot(run)
-    assert shm_leftovers() <= before
+    assert not shm_leftovers(os.getpid())
 
 
 def test_ctrl_c_removes_node_local_memory_scratch_on_the_agents(tmp_path: Path, agents: str,
@@ -155,7 +153,6 @@ def test_ctrl_c_removes_node_local_memory_scratch_on_the_agents(tmp_path: Path, 
     (tmp_path / "in.txt").write_text("x\n")
     src = "cp in.txt t.txt && sleep 30 && sort t.txt > u.txt\nrm t.txt\n"
     plan = compile_source(src.encode(), "job.sh", [], CompileOptions(cwd=str(tmp_path)))
-    before = shm_leftovers()
     timer = threading.Timer(3.0, _thread.interrupt_main)
     timer.start()
     t0 = time.monotonic()
@@ -168,4 +165,4 @@ def test_ctrl_c_removes_node_local_memory_scratch_on_the_agents(tmp_path: Path, 
     assert report.interrupted and report.exit_code == 130
     assert time.monotonic() - t0 < 20
     assert report.scratch_shm == 1  # t.txt, inside the one chain
-    assert shm_leftovers() <= before
+    assert not shm_leftovers(os.getpid())

@@ -60,14 +60,13 @@ def test_ctrl_c_stops_and_removes_scratch(tmp_path: Path, backend: str, sig: int
     (tmp_path / "job.sh").write_text(
         "cp in.txt tmp.txt\nsleep 60 && cat tmp.txt > out.txt\nrm tmp.txt\n")
     extra = ["--local-threads"] if backend == "threads" else []
-    before = shm_leftovers()
     p = subprocess.Popen([sys.executable, "-m", "shoal", "script", *extra, "job.sh"],
                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 30
     # wait until the intermediate exists in scratch and the sleep is running
     while time.time() < deadline:
-        if any(Path(d).glob("*tmp.txt") for d in shm_leftovers() - before):
+        if any(Path(d).glob("*tmp.txt") for d in shm_leftovers(p.pid)):
             break
         time.sleep(0.1)
     else:
@@ -80,7 +79,7 @@ def test_ctrl_c_stops_and_removes_scratch(tmp_path: Path, backend: str, sig: int
     assert time.time() - t0 < 20
     assert p.returncode == 130, err
     assert "interrupted" in err
-    assert shm_leftovers() <= before
+    assert not shm_leftovers(p.pid)
     assert not list(tmp_path.glob(".shoal-scratch*"))
     assert not (tmp_path / "out.txt").exists()
 
