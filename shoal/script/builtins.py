@@ -377,6 +377,32 @@ class BuiltinsMixin(CaptureMixin):
     def _b_local(self, args: list[str]) -> int:
         return self._declare_items("local", list(args))
 
+    def _b_unset(self, args: list[str]) -> int:
+        self._check_guard("unset")
+        mode = ""
+        while args and args[0].startswith("-") and len(args[0]) > 1:
+            if args[0] == "--":
+                args = args[1:]
+                break
+            if args[0] not in ("-f", "-v"):
+                raise self.error(f"unset {args[0]}", Unsupported)
+            mode, args = args[0][1], args[1:]
+        status = 0
+        for name in args:
+            a = self._attr_list(name) if self._attrs else None
+            if mode != "f" and a and "r" in a:
+                self._stderr(f"unset: {name}: cannot unset: readonly variable")
+                status = 1
+                continue
+            if mode == "f" or (not mode and name not in self.vars and name in self.functions):
+                self.functions.pop(name, None)
+                continue
+            self.vars.pop(name, None)  # a variable goes with its attributes and export
+            self._attrs.pop(name, None)
+            self.exported.discard(name)
+            self._env_gen += 1
+        return status
+
     # ------------------------------------------------------------------ directories
     def _b_cd(self, args: list[str]) -> int:
         self._check_guard("cd")
@@ -386,19 +412,27 @@ class BuiltinsMixin(CaptureMixin):
         target = args[0] if args else self.vars.get("HOME", "/")
         if target == "-":
             target = self.vars.get("OLDPWD", self.cwd)
-            self._print(target + "\n")  # `cd -` prints the new directory
-        self._chdir(target, "cd")
-        return 0
+            if not self._chdir(target, "cd"):
+                return 1
+            self._print(self.cwd + "\n")  # `cd -` prints the new directory
+            return 0
+        return 0 if self._chdir(target, "cd") else 1
 
-    def _chdir(self, target: str, what: str) -> None:
+    def _chdir(self, target: str, what: str) -> bool:
+        """Change directory; False (bash's message printed) when ``target`` is not one."""
         path = os.path.normpath(os.path.join(self.cwd, target))
         if not self.fs.isdir(path):
-            raise self.error(f"{what}: '{target}' is not a directory at this point of the "
-                             "script")
+            if self.result.unknown:  # an unknown program may have made it: not decidable
+                raise self.error(f"{what}: '{target}' is not a directory at this point of the "
+                                 "script (or made by an unknown program)", Unsupported)
+            why = "Not a directory" if self.fs.exists(path) else "No such file or directory"
+            self._stderr(f"{what}: {target}: {why}")
+            return False
         self.vars["OLDPWD"] = self.cwd
         self.cwd = path
         self.vars["PWD"] = path
         self._env_gen += 1
+        return True
 
     def _dirs_words(self, long: bool = False) -> list[str]:
         home = self.vars.get("HOME", "")
@@ -437,7 +471,8 @@ class BuiltinsMixin(CaptureMixin):
         else:
             target = self.vars.get("OLDPWD", self.cwd) if args[0] == "-" else args[0]
         old = self.cwd
-        self._chdir(target, "pushd")
+        if not self._chdir(target, "pushd"):
+            return 1
         self._dirstack.append(old)
         self._print(" ".join(self._dirs_words()) + "\n")
         return 0
@@ -449,7 +484,9 @@ class BuiltinsMixin(CaptureMixin):
         if not self._dirstack:
             self._stderr("popd: directory stack empty")
             return 1
-        self._chdir(self._dirstack.pop(), "popd")
+        if not self._chdir(self._dirstack[-1], "popd"):
+            return 1
+        self._dirstack.pop()
         self._print(" ".join(self._dirs_words()) + "\n")
         return 0
 

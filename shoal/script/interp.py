@@ -204,15 +204,8 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         return self._declare(node)  # builtins.py: attributes, scopes, readonly
 
     def _x_unset_command(self, node: Node) -> int:
-        self._check_guard("unset")
-        for c in node.children[1:]:
-            name = self.expand_str(c)
-            if name.startswith("-"):
-                continue
-            self.vars.pop(name, None)
-            self.functions.pop(name, None)
-            self._env_gen += 1
-        return 0
+        return self._b_unset([self.expand_str(c) for c in node.children[1:] if c.is_named
+                              and c.type != "comment"])  # builtins.py
 
     def _x_function_definition(self, node: Node) -> int:
         self._check_guard("function definition")

@@ -115,6 +115,9 @@ DECLARES = {
     "readonly_assignment_aborts_its_line": ('readonly R=1\necho before\nR=2; echo skipped\n'
                                             'echo "after $?"\nf() { R=3; echo no; }\nf\n'
                                             'echo "status $?"\n', None),
+    "unset": ('readonly A=1\nunset A\necho "$? $A"\nf() { echo fn; }\nf=2\nunset f\nf\n'
+              'export C=3\nunset C\nC=4\nawk \'BEGIN { print "[" ENVIRON["C"] "]" }\'\n'
+              'declare -i n=1\nunset n\nn=1+1\necho "$n"\n', None),
     "local_outside_function": ('local x=1\necho "status $?"\ndeclare a-b=1\necho "st $?"\n',
                                None),
 }
@@ -196,6 +199,11 @@ def test_exec_redirects_the_rest_of_the_script(tmp_path: Path) -> None:
                  _files(in__txt="abc\n"))
     same_as_bash(tmp_path / "2", "exec 2> err.txt\necho out\necho e1 >&2\n"
                                  "exec >> out.txt\necho o2\necho e2 >&2\n")
+
+
+def test_cd_to_a_missing_directory_fails_as_in_bash(tmp_path: Path) -> None:
+    same_as_bash(tmp_path, "cd /nonexistent\necho \"after $?\"\ncd job.sh; echo $?\n"
+                           "pushd nowhere; echo $?\npopd; echo $?\nmkdir d\ncd d\necho x > f\n")
 
 
 def test_pushd_popd_dirs_print_the_stack(tmp_path: Path) -> None:
