@@ -41,6 +41,7 @@ SHOPT_MODELLED = frozenset({"nullglob", "failglob", "expand_aliases", "checkwins
                             "extquote", "force_fignore", "hostcomplete"})
 _ASSIGN_WORD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=", re.S)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_INT_ARG = re.compile(r"[ \t]*[-+]?[0-9]+[ \t]*")
 
 
 class _Abort(_Exit):
@@ -58,6 +59,7 @@ class BuiltinsMixin(CaptureMixin):
     """Static builtins, as the interpreter's mixin."""
 
     _ro_soft = 0  # > 0 inside a builtin that turns a readonly violation into status 1
+    _sourcing = 0  # > 0 while a `source`d file runs (`return` ends it)
 
     def _init_builtins(self) -> None:
         # name -> [(attribute letters, the locals frame they belong to, None: global)]
@@ -128,6 +130,8 @@ class BuiltinsMixin(CaptureMixin):
             except _Abort as a:
                 self.last_status = a.status
                 skip_row = stmt.end_point[0]
+            except _Break:
+                pass  # `break 5` in two loops leaves them all, the script goes on
 
     # ------------------------------------------------------------------ calling builtins
     def _builtin_call(self, method: Any, args: list[str], assigns: list[Any],
@@ -644,24 +648,61 @@ class BuiltinsMixin(CaptureMixin):
     # ------------------------------------------------------------------ control
     def _b_shift(self, args: list[str]) -> int:
         self._check_guard("shift")
-        n = int(args[0]) if args else 1
+        n = self._int_arg("shift", args, 1)
+        if n is None:
+            return 1
+        if n < 0:
+            self._stderr(f"shift: {args[0]}: shift count out of range")
+            return 1
         if n > len(self.positional):
             return 1
         self.positional = self.positional[n:]
         return 0
 
+    def _int_arg(self, name: str, args: list[str], default: int) -> int | None:
+        """The numeric argument of exit/return/shift; None (message printed) when bad."""
+        if not args:
+            return default
+        if len(args) > 1:
+            self._stderr(f"{name}: too many arguments")
+            return None
+        if not _INT_ARG.fullmatch(args[0]):
+            self._stderr(f"{name}: {args[0]}: numeric argument required")
+            return None
+        return int(args[0])
+
     def _b_exit(self, args: list[str]) -> int:
         self._check_guard("exit")
-        raise _Exit(int(args[0]) & 255 if args else (self.last_status or 0))
+        n = self._int_arg("exit", args, self.last_status or 0)
+        if n is None:
+            if len(args) > 1:
+                return 1  # bash does not exit then
+            raise _Exit(2)
+        raise _Exit(n & 255)
 
     def _b_return(self, args: list[str]) -> int:
-        raise _Return(int(args[0]) & 255 if args else (self.last_status or 0))
+        if not self.locals and not self._sourcing:
+            self._stderr("return: can only `return' from a function or sourced script")
+            return 2
+        n = self._int_arg("return", args, self.last_status or 0)
+        if n is None:
+            if len(args) > 1:
+                return 1
+            raise _Return(2)
+        raise _Return(n & 255)
 
     def _b_break(self, args: list[str]) -> int:
-        raise _Break(int(args[0]) if args else 1)
+        raise _Break(self._loop_count("break", args))
 
     def _b_continue(self, args: list[str]) -> int:
-        raise _Continue(int(args[0]) if args else 1)
+        raise _Continue(self._loop_count("continue", args))
+
+    def _loop_count(self, name: str, args: list[str]) -> int:
+        if not args:
+            return 1
+        if len(args) > 1 or not args[0].isdecimal() or int(args[0]) < 1:
+            raise self.error(f"{name} {' '.join(args)}", Unsupported)
+        return int(args[0])
 
     def _b_true(self, args: list[str]) -> int:
         return 0
@@ -703,12 +744,14 @@ class BuiltinsMixin(CaptureMixin):
         saved = self.positional
         if len(args) > 1:
             self.positional = args[1:]
+        self._sourcing += 1
         try:
             return self.exec_node(root)
         except _Return as r:
             return r.status
         finally:
             self.positional = saved
+            self._sourcing -= 1
 
     _b_dot = _b_source
 

@@ -497,7 +497,10 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
             text = self._capture_nodes(parts[:-1], pipeline=True)
             self._stdin.append([text])
             try:
-                return self.exec_node(last)
+                with self._saved_state():  # bash runs a pipeline's last part in a subshell
+                    return self.exec_node(last)
+            except _Exit as e:
+                return e.status
             finally:
                 self._stdin.pop()
         if self._capture:

@@ -201,6 +201,26 @@ def test_exec_redirects_the_rest_of_the_script(tmp_path: Path) -> None:
                                  "exec >> out.txt\necho o2\necho e2 >&2\n")
 
 
+CONTROL = {
+    "exit_bad_args": ('exit 1 2\necho "after $?"\nexit abc\necho no\n', None),
+    "return_outside_function": ('return 3\necho "after $?"\nf() { return abc; }\nf\n'
+                                'echo "f $?"\nsource r.sh\necho "sourced $?"\n',
+                                _files(r__sh="return 4\necho no\n")),
+    "shift_bad_args": ('set -- a b\nshift x\necho "$? $#"\nshift -1\necho "$?"\nshift 5\n'
+                       'echo "$? $#"\n', None),
+    "break_out_of_all_loops": ('for i in 1 2; do for j in 1 2; do break 5; done; done\n'
+                               'echo "ok $i $j"\n', None),
+    "pipeline_loop_is_a_subshell": ('n=0\nprintf "a\\nb\\n" | while read l; do '
+                                    'n=$((n+1)); echo "in $n"; done\necho "n=$n"\n', None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONTROL))
+def test_control_builtins_as_bash(tmp_path: Path, name: str) -> None:
+    source, setup = CONTROL[name]
+    same_as_bash(tmp_path, source, setup)
+
+
 def test_cd_to_a_missing_directory_fails_as_in_bash(tmp_path: Path) -> None:
     same_as_bash(tmp_path, "cd /nonexistent\necho \"after $?\"\ncd job.sh; echo $?\n"
                            "pushd nowhere; echo $?\npopd; echo $?\nmkdir d\ncd d\necho x > f\n")
