@@ -340,7 +340,8 @@ class Semantics:
                     continue  # cp omits a directory without -r (an error, nothing changes)
                 _copy_tree(fs, src_full, out_full, kind == "move", res)
                 continue
-            use(a, IN, k)
+            # into a directory the new name is made from the source's: both keep their names
+            use(a, IN, None if into_dir else k)
             use(out, OUT, None if into_dir else dest_idx)
             if kind == "move":
                 use(a, DEL, None)
