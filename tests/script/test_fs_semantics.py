@@ -73,6 +73,9 @@ echo fresh > old/a.txt
 cat old/a.txt > old_copy.txt
 mkdir out
 ncks -O -v tas {B} out/x.nc
+echo alpha > tmp_a.txt
+mkdir -p keep
+mv tmp_a.txt keep/
 """
 
 
@@ -88,6 +91,9 @@ def test_directories_are_ordered_with_every_use_below_them(tmp_path: Path) -> No
     assert after(plan, "mkdir old", "rm -rf old")              # not before the old one goes
     assert after(plan, "echo fresh", "mkdir old")
     assert after(plan, "ncks", "mkdir out")
+    # into a directory the new name is made from the source's: the source keeps its real name
+    assert after(plan, "mv tmp_a.txt keep/", "mkdir -p keep")
+    assert not [g for g in plan.dag.scratch_groups() if g.path.endswith("tmp_a.txt")]
 
     def setup(d: Path) -> None:
         models(d)
