@@ -6,14 +6,11 @@ import operator
 import re
 from collections.abc import Callable
 from functools import lru_cache
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 from .errors import ScriptError, Unsupported
-from .parser import Node, parse_fragment
-
-if TYPE_CHECKING:
-    from .interp import Interpreter
 from .nodes import _text
+from .parser import Node, parse_fragment
 
 
 class ArithError(ScriptError):
@@ -406,7 +403,7 @@ def _parse_int(text: str) -> int:
     return _wrap(val)
 
 
-def _int(text: str, interp: Interpreter) -> int:
+def _int(text: str, interp: ArithMixin) -> int:
     try:
         return _parse_int(text)
     except BadNumber as exc:
@@ -432,7 +429,7 @@ _BINOPS = {
 }
 
 
-def _binop(op: str, a: int, b: int, interp: Interpreter) -> int:
+def _binop(op: str, a: int, b: int, interp: ArithMixin) -> int:
     fn = _BINOPS.get(op)
     if fn is not None:
         return fn(a, b)  # type: ignore[no-any-return]
