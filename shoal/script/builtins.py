@@ -507,22 +507,22 @@ class BuiltinsMixin(CaptureMixin):
                 return 0
             if a.startswith(("-", "+")) and len(a) > 1:
                 on = a[0] == "-"
-                if a[1:] == "o":
-                    if i + 1 >= len(args):
-                        raise self.error("'set -o' without an option name (it prints the "
-                                         "options)", Unsupported)
-                    name = args[i + 1]
-                    if name not in SET_O_LETTERS and name not in SET_O_ONLY:
-                        raise self.error(f"set -o {name}", Unsupported)
-                    self._set_option(SET_O_LETTERS.get(name, name), on)
-                    i += 2
-                    continue
+                i += 1
                 for letter in a[1:]:
+                    if letter == "o":  # `set -o NAME`, also inside a group: `set -eo pipefail`
+                        if i >= len(args):
+                            raise self.error("'set -o' without an option name (it prints the "
+                                             "options)", Unsupported)
+                        name = args[i]
+                        i += 1
+                        if name not in SET_O_LETTERS and name not in SET_O_ONLY:
+                            raise self.error(f"set -o {name}", Unsupported)
+                        self._set_option(SET_O_LETTERS.get(name, name), on)
+                        continue
                     name = next((k for k, v in SET_O_LETTERS.items() if v == letter), None)
                     if name is None:
                         raise self.error(f"set {a[0]}{letter}", Unsupported)
                     self._set_option(letter, on)
-                i += 1
                 continue
             self.positional = args[i:]
             return 0
@@ -589,6 +589,8 @@ class BuiltinsMixin(CaptureMixin):
         """At the end of the script (or at ``exit``): the EXIT trap's commands, once."""
         action = self._traps.pop("EXIT", None)
         if action:
+            if self.result.exit_status is not None:
+                self.last_status = self.result.exit_status  # `$?` in the trap
             self._run_text(action)
 
     def _run_text(self, text: str) -> int | None:
@@ -610,20 +612,73 @@ class BuiltinsMixin(CaptureMixin):
             raise self.error("exec redirection inside a subshell, substitution or function",
                              Unsupported)
         self._out_redirects[-1] = []  # the redirections now apply to everything that follows
+        self._map_fds(own, "exec")
+        return 0
+
+    def _map_fds(self, own: list[Redirect], what: str) -> None:
+        """Make later steps start with these descriptors (targets absolute, truncated)."""
         for r in own:
             fd = "1" if r.fd in ("", "1") else r.fd
             if r.op in (">&",):
                 if r.target not in ("1", "2") or fd not in ("1", "2"):
-                    raise self.error(f"exec {r.render()}", Unsupported)
+                    raise self.error(f"{what} {r.render()}", Unsupported)
                 self._exec_fds[fd] = self._exec_fds.get(r.target, ("fd", r.target))
                 continue
             path = os.path.normpath(os.path.join(self.cwd, r.target))
             for f in (("1", "2") if r.op.startswith("&") else (fd,)):
+                if any(v == ("fd", f) for k, v in self._exec_fds.items() if k != f):
+                    # `exec 2>&1; exec > log`: fd 2 keeps the old stdout, which a step
+                    # cannot name
+                    raise self.error(f"{what} {r.render()} after a descriptor was made a "
+                                     f"copy of {f}", Unsupported)
                 self._exec_fds[f] = ("file", path)
         for f, (k, v) in list(self._exec_fds.items()):
             if k == "fd" and v == f:
                 del self._exec_fds[f]
-        return 0
+
+    def _redirected_block(self, body: Node, redirects: list[Node]) -> int | None:
+        """``for/while/if/case/{ } ... > out < in``: output redirections apply to every
+        command inside (each appends, in script order, after one truncation, as bash's one
+        open file does); input is what ``read`` inside reads."""
+        st = Stage([], [], {})
+        for r in redirects:
+            self._redirect(r, st, "")
+        text: str | None = st.heredoc
+        outs: list[Redirect] = []
+        for r in st.redirects:
+            if r.op == "<" and r.fd in ("", "0"):
+                text = self._read_static_file(r.target)
+            elif (r.op in (">", ">>", ">|", "&>", "&>>") and r.fd in ("", "1", "2")) or (
+                    r.op == ">&" and r.target in ("1", "2") and r.fd in ("", "1", "2")):
+                outs.append(r)
+            else:
+                raise self.error(f"redirection '{r.render()}' of a whole "
+                                 f"'{body.type.replace('_', ' ')}'", Unsupported)
+        if outs and self._capture:
+            raise self.error(f"output redirection of a whole '{body.type.replace('_', ' ')}' "
+                             "inside a command substitution", Unsupported)
+        saved = dict(self._exec_fds)
+        try:
+            if outs:
+                self._check_guard("redirection")
+                for r in outs:
+                    if r.op == ">&" or r.target.startswith("/dev/"):
+                        continue
+                    r.target = os.path.normpath(os.path.join(self.cwd, r.target))
+                    if r.op in (">", ">|", "&>"):  # truncated once, before the block runs
+                        self._emit([Stage(["true"], [Redirect(r.fd, r.op, r.target)], {})],
+                                   [[0]], [], [False])
+                        r.op = "&>>" if r.op == "&>" else ">>"
+                self._map_fds(outs, "redirection")
+            if text is not None:
+                self._stdin.append([text])
+            try:
+                return self.exec_node(body)
+            finally:
+                if text is not None:
+                    self._stdin.pop()
+        finally:
+            self._exec_fds = saved
 
     def _emit(self, stages: list[Stage], groups: list[list[int]], connectors: list[str],
               negated: list[bool]) -> int | None:

@@ -456,26 +456,14 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
             return self._static_redirected(body, redirects)  # `read x < f`, `exec > log`
         if body.type in ("command", "pipeline", "negated_command"):
             return self._emit_list([("", node)])
-        if body.type in ("while_statement", "for_statement", "compound_statement"):
-            lines = self._static_input(redirects)
-            if lines is not None:
-                self._stdin.append(lines)
-                try:
-                    return self.exec_node(body)
-                finally:
-                    self._stdin.pop()
+        if body.type in ("while_statement", "for_statement", "compound_statement",
+                         "c_style_for_statement", "if_statement", "case_statement",
+                         "subshell", "redirected_statement"):
+            # their input (read's) and output redirections: builtins.py
+            return self._redirected_block(body, [c for c in node.children[1:]
+                                                 if c.type.endswith("_redirect")])
         raise self.error(f"redirection of a whole '{body.type.replace('_', ' ')}' is not "
                          "supported (redirect each command inside it)", Unsupported)
-
-    def _static_input(self, redirects: list[Node]) -> list[str] | None:
-        if len(redirects) != 1:
-            return None
-        r = redirects[0]
-        if r.type == "herestring_redirect":
-            return [self.expand_str(_named(r)[-1]) + "\n"]  # read's input, as one text
-        if r.type == "file_redirect" and any(c.type == "<" for c in r.children):
-            return [self._read_static_file(self.expand_str(self.redirect_parts(r)[2]))]
-        return None
 
     def _read_static_file(self, name: str) -> str:
         path = os.path.normpath(os.path.join(self.cwd, name))

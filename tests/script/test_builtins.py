@@ -173,6 +173,7 @@ OPTIONS = {
     "failglob": ('shopt -s failglob\necho *.txt\necho *.none; echo skipped\n'
                  'echo after > after.txt\n',
                  _files(a__txt="a")),
+    "set_grouped_o": ('set -eo pipefail\necho "$-"\nset +eo pipefail -u\necho "$-"\n', None),
     "shopt_query": ('shopt -q nullglob || echo off\nshopt -s nullglob\n'
                     'shopt -q nullglob && echo on\n', None),
 }
@@ -191,6 +192,7 @@ def test_exit_trap_runs_at_the_end_and_after_exit(tmp_path: Path) -> None:
     same_as_bash(tmp_path / "2", "trap 'echo first' EXIT\ntrap \"echo second $x\" 0\n"
                                  "x=later\necho body\n")
     same_as_bash(tmp_path / "3", "trap 'echo never' EXIT\ntrap - EXIT\necho body\n")
+    same_as_bash(tmp_path / "4", "trap 'echo \"exiting with $?\" > trap.txt' EXIT\nexit 4\n")
 
 
 def test_exec_redirects_the_rest_of_the_script(tmp_path: Path) -> None:
@@ -224,6 +226,16 @@ def test_control_builtins_as_bash(tmp_path: Path, name: str) -> None:
 def test_cd_to_a_missing_directory_fails_as_in_bash(tmp_path: Path) -> None:
     same_as_bash(tmp_path, "cd /nonexistent\necho \"after $?\"\ncd job.sh; echo $?\n"
                            "pushd nowhere; echo $?\npopd; echo $?\nmkdir d\ncd d\necho x > f\n")
+
+
+def test_redirections_of_whole_blocks(tmp_path: Path) -> None:
+    same_as_bash(tmp_path, 'vars="tas\npr"\nwhile read -r v; do echo "variable $v"; '
+                           'echo "err $v" >&2; done <<< "$vars" > out.txt 2>&1\n'
+                           'for k in 1 2; do echo "k=$k"; echo own > own_$k.txt; done >> out.txt\n'
+                           '{ echo a; pushd / > /dev/null; echo b >&2; } > g.txt 2> e.txt\n'
+                           'if true; then echo yes; fi > if.txt\n'
+                           'case x in x) echo case ;; esac > case.txt\n( echo sub ) > sub.txt\n'
+                           'echo end\n')
 
 
 def test_pushd_popd_dirs_print_the_stack(tmp_path: Path) -> None:
