@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 from .builtin_text import getopts_step, read_fields, read_record
 from .capture import CaptureMixin
 from .errors import ScriptError, Unsupported
-from .model import Redirect, Stage
+from .model import IN, Redirect, Stage
 from .nodes import (
     STATIC_BUILTINS,
     _Break,
@@ -685,20 +685,32 @@ class BuiltinsMixin(CaptureMixin):
         # `exec > log 2>&1`: every later command starts with those descriptors, which its own
         # redirections (written after them) may change; in a pipeline only the last command's
         # stdout is not the pipe
-        if self._exec_fds:
-            for group in groups:
-                for si in group:
-                    pre: list[Redirect] = []
-                    for fd in ("1", "2"):
-                        target = self._exec_fds.get(fd)
-                        if target is None or (fd == "1" and si != group[-1]):
-                            continue
-                        if target[0] == "file":
-                            pre.append(Redirect("" if fd == "1" else "2", ">>", target[1]))
-                        else:
-                            pre.append(Redirect(fd, ">&", target[1]))
-                    stages[si].redirects[:0] = pre
-        return super()._emit(stages, groups, connectors, negated)  # type: ignore[misc]
+        if not self._exec_fds:
+            return super()._emit(stages, groups, connectors, negated)  # type: ignore[misc]
+        added: dict[int, int] = {}
+        for group in groups:
+            for si in group:
+                pre: list[Redirect] = []
+                for fd in ("1", "2"):
+                    target = self._exec_fds.get(fd)
+                    if target is None or (fd == "1" and si != group[-1]):
+                        continue
+                    if target[0] == "file":
+                        pre.append(Redirect("" if fd == "1" else "2", ">>", target[1]))
+                    else:
+                        pre.append(Redirect(fd, ">&", target[1]))
+                stages[si].redirects[:0] = pre
+                added[si] = len(pre)
+        status = super()._emit(stages, groups, connectors, negated)  # type: ignore[misc]
+        # bash writes through one descriptor at its own offset: a command writing the same
+        # file by another route would interleave differently than appends do
+        shared = {v for k, v in self._exec_fds.values() if k == "file"}
+        for u in self.steps[-1].uses:
+            if u.path in shared and u.role != IN and not (
+                    u.loc is not None and u.loc[1] == "r" and u.loc[2] < added.get(u.loc[0], 0)):
+                raise self.error(f"a command writing '{self._shown(u.path)}' while the output "
+                                 "of the script or block is redirected there", Unsupported)
+        return status  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------ control
     def _b_shift(self, args: list[str]) -> int:

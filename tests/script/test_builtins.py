@@ -305,6 +305,9 @@ REFUSALS = {
     "exec_fd3": ("exec 3> f.txt\n", None),
     "exec_program": ("exec ls\n", None),
     "set_prints": ("set\n", None),
+    "write_to_redirected_output": ("for i in 1; do echo a; echo b >> o.txt; done > o.txt\n",
+                                   None),
+    "exec_after_dup": ("exec 2>&1\nexec > log.txt\n", None),
 }
 
 
