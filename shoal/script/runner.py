@@ -124,6 +124,8 @@ class _Layout:
         for g in sorted(groups, key=lambda g: min(plan.dag.scratch_users.get(g.id, {0}))):
             users = plan.dag.scratch_users.get(g.id, set())
             first, last = (min(users), max(users)) if users else (0, 0)
+            if plan.staging.on:  # under set -e it lives until what ends it is known to run
+                last = max(last, plan.staging.ends.get(g.id, len(plan.dag.steps)))
             still = []
             for end, size in live:
                 if end < first:

@@ -190,3 +190,25 @@ def test_set_e_with_an_unknown_program(tmp_path: Path, fail_first: bool) -> None
                      "cat b.txt > c.txt\n" + ("" if fail_first else fail)
                      + "sort -r in.txt > late.txt\necho end\n")
     assert code == 1 and out == ""
+
+
+@pytest.mark.parametrize("extra", [(), ("--local-threads",), ("--cluster", "swamp"),
+                                   ("--cluster", "none", "--no-shm")])
+def test_set_e_in_place_edits_and_removals_wait_for_earlier_commands(
+        tmp_path: Path, extra: tuple[str, ...]) -> None:
+    # appends, mv, rm and mkdir change what exists: they run only once all before succeeded
+    code, out = both(tmp_path, """set -e
+sort in.txt > a.txt
+cp in.txt t.txt
+echo one >> a.txt
+sort -r t.txt > r.txt
+mkdir -p out
+cp r.txt out/r.txt
+grep zzz r.txt > g.txt
+echo two >> a.txt
+mv t.txt moved.txt
+rm in.txt
+mkdir late
+echo never
+""", extra=extra)
+    assert code == 1 and out == ""
