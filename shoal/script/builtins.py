@@ -132,6 +132,8 @@ class BuiltinsMixin(CaptureMixin):
                 skip_row = stmt.end_point[0]
             except _Break:
                 pass  # `break 5` in two loops leaves them all, the script goes on
+        if self.last_status:  # a script's status is its last command's (if known now)
+            self.result.exit_status = self.last_status
 
     # ------------------------------------------------------------------ calling builtins
     def _builtin_call(self, method: Any, args: list[str], assigns: list[Any],

@@ -9,8 +9,8 @@ import subprocess
 
 from .builtin_text import Expr, echo_output, printf_native, printf_plan
 from .errors import ScriptError, Unsupported
-from .model import IN
-from .nodes import CAPTURE_HELPERS, PURE_FILTERS, STATIC_BUILTINS, _Exit, _text
+from .model import IN, Stage
+from .nodes import CAPTURE_HELPERS, PURE_FILTERS, STATIC_BUILTINS, _Exit
 from .parser import Node
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -162,40 +162,80 @@ class CaptureMixin:
         return status
 
     def _static_stage(self, node: Node, stdin: str) -> int | None:
+        redirects: list[tuple[Node, str]] = []
+        while node.type == "redirected_statement":
+            body = node.child_by_field_name("body")
+            if body is None:
+                return self.exec_node(node)
+            redirects[:0] = [(c, "") for c in node.children[1:] if c.type.endswith("_redirect")]
+            node = body
         if node.type != "command":
-            if node.type == "redirected_statement":
-                body = node.child_by_field_name("body")
-                discard = False
-                for r in node.children[1:]:
-                    t = _text(r).replace(" ", "")
-                    if t in (">/dev/null", "1>/dev/null", "&>/dev/null"):
-                        discard = True
-                    elif t not in ("2>/dev/null", "2>&1"):
-                        raise self.error("redirection inside a command substitution",
-                                         Unsupported)
-                if body is not None:
-                    if not discard:
-                        return self._static_stage(body, stdin)
-                    self._capture.append([])
-                    try:
-                        return self._static_stage(body, stdin)
-                    finally:
-                        self._capture.pop()  # its stdout went to /dev/null
+            if redirects:
+                raise self.error(f"redirection of '{node.type.replace('_', ' ')}' inside a "
+                                 "command substitution", Unsupported)
             return self.exec_node(node)
-        name_node = node.child_by_field_name("name")
-        if name_node is None:
+        has_name, _assigns, inner, words = self._parts(node)
+        redirects.extend(inner)
+        discard, merge, err_null, new_stdin = self._stage_io(redirects)
+        if new_stdin is not None:
+            stdin = new_stdin
+            self._stdin.append([stdin])
+        if discard:
+            self._capture.append([])
+        try:
+            return self._static_command(node, has_name, words, stdin, merge, err_null)
+        finally:
+            if discard:
+                self._capture.pop()  # its stdout went to /dev/null
+            if new_stdin is not None:
+                self._stdin.pop()
+
+    def _stage_io(self, redirects: list[tuple[Node, str]]
+                  ) -> tuple[bool, bool, bool, str | None]:
+        """The redirections of a command inside ``$(...)``: (stdout discarded, stderr into
+        the output, stderr discarded, new stdin text); anything else is refused."""
+        st = Stage([], [], {})
+        for r, glued in redirects:
+            self._redirect(r, st, glued)
+        stdin = st.heredoc
+        discard = merge = err_null = False
+        for r in st.redirects:
+            fd = r.fd or ("0" if r.op == "<" else "1")
+            if r.op == "<" and fd == "0":
+                stdin = self._read_static_file(r.target)
+            elif r.op in (">", ">>", "&>", "&>>") and r.target == "/dev/null" and fd in "12":
+                discard = discard or fd == "1" or r.op.startswith("&")
+                err_null = err_null or fd == "2" or r.op.startswith("&")
+            elif r.op == ">&" and fd == "2" and r.target == "1":
+                merge = not discard
+            else:
+                raise self.error(f"redirection '{r.render()}' inside a command substitution",
+                                 Unsupported)
+        return discard, merge, err_null, stdin
+
+    def _static_command(self, node: Node, has_name: bool, words: list[str], stdin: str,
+                        merge: bool, err_null: bool) -> int | None:
+        if not has_name:
             return self.exec_node(node)
-        argv = self.expand_words([name_node] + [c for i, c in enumerate(node.children)
-                                                if node.field_name_for_child(i) == "argument"])
+        argv = self.expand_texts(words)
+        if not argv:
+            return self.exec_node(node)
         prog = argv[0]
         if prog in self.functions or prog in STATIC_BUILTINS or prog in CAPTURE_HELPERS:
             return self.exec_node(node)
         if prog == "ls":
             return self._static_ls(argv[1:])
         if prog == "cat" and len(argv) > 1:
+            status = 0
             for a in argv[1:]:
+                path = os.path.normpath(os.path.join(self.cwd, a))
+                if self.fs.kind(path) is None and not self.result.unknown:
+                    if not err_null:  # as bash's cat says it, on the script's stderr
+                        self._print(f"cat: {a}: No such file or directory\n", "2")
+                    status = 1
+                    continue
                 self._out(self._read_static_file(a))
-            return 0
+            return status
         if prog == "cat":
             self._out(stdin)
             return 0
@@ -213,13 +253,15 @@ class CaptureMixin:
                     raise self.error(f"command substitution reads '{u.path}', which line "
                                      f"{self.fs.written[u.path]} writes when the script runs",
                                      Unsupported)
-        return self._run_filter(argv, stdin)
+        return self._run_filter(argv, stdin, merge)
 
-    def _run_filter(self, argv: list[str], stdin: str) -> int:
+    def _run_filter(self, argv: list[str], stdin: str, merge: bool = False) -> int:
         env = {k: self.vars[k] for k in self.exported if k in self.vars}
         try:
             p = subprocess.run(argv, input=stdin.encode(errors="surrogateescape"),
-                               capture_output=True, cwd=self.cwd, env=env, timeout=30)
+                               stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT if merge else subprocess.DEVNULL,
+                               cwd=self.cwd, env=env, timeout=30)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise self.error(f"cannot run '{argv[0]}' at compile time: {exc}")
         self._out(p.stdout.decode(errors="surrogateescape"))

@@ -454,6 +454,8 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
             return self._x_list(body)
         if body.type == "command" and self._static_name(body):
             return self._static_redirected(body, redirects)  # `read x < f`, `exec > log`
+        if body.type == "command" and self._capture:
+            return self._static_pipeline([node])  # `$(wc -l < f)`: capture.py
         if body.type in ("command", "pipeline", "negated_command"):
             return self._emit_list([("", node)])
         if body.type in ("while_statement", "for_statement", "compound_statement",

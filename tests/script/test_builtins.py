@@ -288,6 +288,18 @@ def test_echo_and_printf_in_substitutions(tmp_path: Path) -> None:
                            "printf '%s\\n' \"[$x]\" \"[$y]\" \"[$pv]\" \"[$q]\" \"[$z]\" > e.txt\n")
 
 
+def test_redirections_inside_command_substitutions(tmp_path: Path) -> None:
+    same_as_bash(tmp_path, 'n=$(wc -l < m.txt)\necho "[$n]"\nx=$(tr a-z A-Z <<< "hi there")\n'
+                           'y=$(cat nosuch 2>/dev/null; echo z)\nd=$(dirname $PWD/$n.nc)\n'
+                           'v=$(sort <<EOF\nb\na\nEOF\n)\nq=$(echo quiet > /dev/null; echo loud)\n'
+                           'echo "$x|$y|$v|$q|${d##*/}"\nu=$(cat nosuch)\n',
+                 _files(m__txt="a\nb\n"))
+
+
+def test_last_static_command_gives_the_exit_status(tmp_path: Path) -> None:
+    same_as_bash(tmp_path, "echo hi > a.txt\n[ -f nosuch ] && echo yes\n")
+
+
 # ---------------------------------------------------------------------------------- refusals
 REFUSALS = {
     "eval_of_run_time_text": ("echo 'echo hi' > cmd.txt\neval \"$(grep echo cmd.txt)\"\n", None),
