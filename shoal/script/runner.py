@@ -401,8 +401,11 @@ def _run_plan(plan: Plan, workdir: str, opts: RunOptions, t0: float, backend: st
         else:
             front.advance()
         for gid in [g for g, cl in pending_delete.items() if not cl]:
-            if stg.on and (front.stopped is not None or stg.ends.get(gid, front.n) >= front.next):
-                continue  # the place where the script stops may still need it
+            if stg.on:
+                end = stg.ends.get(gid, front.n)
+                if front.stopped is not None or end >= front.next \
+                        or front.status.get(end) in (SKIPPED, "dead"):
+                    continue  # the place where the script stops (or its end) may need it
             del pending_delete[gid]
             try:
                 os.unlink(lay.scratch_path(plan, gid))
@@ -433,7 +436,8 @@ def _run_plan(plan: Plan, workdir: str, opts: RunOptions, t0: float, backend: st
             front.advance(list(range(len(dag.steps))))
             if stg.on:
                 last = front.stopped if front.stopped is not None else len(dag.steps) - 1
-                for msg in materialize(dag, stg, last, physical):
+                ran = {v for v, st in front.status.items() if st not in (SKIPPED, "dead")}
+                for msg in materialize(dag, stg, last, physical, ran):
                     print(f"shoal script: {msg}", file=opts.stderr or sys.stderr)
         for v in range(len(dag.steps)):
             report.status[v] = front.status.get(v) or _read_status(lay, v)

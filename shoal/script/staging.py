@@ -150,20 +150,29 @@ def _move(src: str | None, path: str, errors: list[str]) -> None:
         errors.append(f"cannot move {src} to {path}: {exc.strerror}")
 
 
-def materialize(dag: Dag, st: Staging, upto: int, physical: dict[int, str]) -> list[str]:
+def materialize(dag: Dag, st: Staging, upto: int, physical: dict[int, str],
+                ran: set[int]) -> list[str]:
     """Put on their real names the files as bash leaves them after step ``upto`` (the last one
-    run): each path's version alive then, moved from its staged or scratch file. ``physical``
-    gives the file of each non-real group. Returns error messages (best effort)."""
+    run), from their staged or scratch files. ``physical`` gives the file of each non-real
+    group, ``ran`` the steps that ran. A write whose command left no file (NCO failing before
+    it renames its output) keeps the version before it, and a removal that did not run (after a
+    failed `&&`) keeps its file, as in bash. Returns error messages (best effort)."""
     errors: list[str] = []
     versions = dag.versions
     for path, vids in st.by_path.items():
-        cur = None
+        state = None  # the version the path holds
         for vid in vids:
             v = versions[vid]
-            if v.writer is None or v.writer <= upto:
-                cur = v
-        if cur is None or cur.writer is None or (cur.deleter is not None
-                                                 and cur.deleter <= upto):
-            continue
-        _move(physical.get(cur.group), path, errors)
+            if v.writer is not None:
+                if v.writer > upto:
+                    break
+                src = physical.get(v.group)
+                if v.writer in ran and (src is None or os.path.lexists(src)):
+                    state = v
+            else:
+                state = v
+            if v.deleter is not None and v.deleter <= upto and v.deleter in ran:
+                state = None
+        if state is not None and state.writer is not None:
+            _move(physical.get(state.group), path, errors)
     return errors

@@ -212,3 +212,29 @@ mkdir late
 echo never
 """, extra=extra)
     assert code == 1 and out == ""
+
+
+@needs_nco
+def test_set_e_failed_rewrite_keeps_the_previous_file(tmp_path: Path) -> None:
+    # the second ncks fails before writing: bash keeps sel.nc from the first call
+    code, _ = both(tmp_path, """set -e
+process() {
+  ncwa -O -a lat,lon "$1" gm.nc
+  ncks -O -v "$2" gm.nc sel.nc
+  echo "processed $2" >> done.txt
+}
+process sresalb_ccma_cgcm3_1.nc tas
+process sresalb_ncar_ccsm3_0.nc nosuchvar
+echo never >> done.txt
+""", setup=lambda d: make_models(d, 2))
+    assert code == 1
+
+
+def test_set_e_skipped_rm_keeps_the_file(tmp_path: Path) -> None:
+    code, out = both(tmp_path, """set -e
+sort in.txt > tmp.txt
+grep -q zzz in.txt && rm tmp.txt
+sort -r in.txt > r.txt
+echo done
+""")
+    assert code == 0 and out == "done\n"
