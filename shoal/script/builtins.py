@@ -851,6 +851,12 @@ class BuiltinsMixin(CaptureMixin):
                 k += 1
                 if letter == "r":
                     raw = True
+                elif letter in "se":
+                    pass  # terminal only: the input here never is one
+                elif letter == "p":  # the prompt is printed only when reading a terminal
+                    if k >= len(a):
+                        i += 1
+                    break
                 elif letter == "d":
                     value = a[k:] if k < len(a) else (args[i] if i < len(args) else None)
                     if value is None:

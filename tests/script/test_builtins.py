@@ -86,6 +86,8 @@ READS = {
                    'read y < empty.txt || echo "status $? [$y]"\n'
                    'IFS=: read -d "" p q < nonl.txt; echo "$? [$p][$q]"\n',
                    _files(nonl__txt="a:b", empty__txt="")),
+    "prompt_silent": ('read -p "name? " -s n <<< "x y"\nread -rp "> " m <<< "z"\n'
+                      'echo "[$n][$m]"\n', None),
     "readonly_target": ('readonly R=1\nread R <<< hi\necho "status $? R=$R"\n', None),
 }
 
