@@ -130,21 +130,26 @@ class CaptureMixin:
         return 0 if value not in ("", "0", 0) else 1
 
     # ------------------------------------------------------------------ command substitution
+    # the exit status of the last command substitution (None: known only at run time); bash
+    # gives it to a command of assignments only (`x=$(grep ..)`: `$?`, `set -e`)
+    subst_status: int | None = 0
+
     def _capture_nodes(self, nodes: list[Node], pipeline: bool = False) -> str:
         self._capture.append([])
         stdin_depth = len(self._stdin)
+        status: int | None = 0
         try:
             with self._saved_state():
                 if pipeline:
                     status = self._static_pipeline(nodes)
                 else:
                     status = self._exec_seq(nodes)
-                del status
-        except _Exit:
-            pass
+        except _Exit as e:
+            status = e.status
         finally:
             del self._stdin[stdin_depth:]
             out = "".join(self._capture.pop())
+        self.subst_status = status
         return out
 
     def _static_pipeline(self, parts: list[Node]) -> int | None:
