@@ -251,11 +251,16 @@ class EmitMixin:
         # does not know keeps its real name (the barrier orders it) instead of being refused
         unsure = getattr(self, "_fs_unsure", False)
         vias: list[FileUse] = []
+        nowhere: list[FileUse] = []  # writes into a directory that does not exist
+        for d in step.mkdirs:  # first: cp -r / mv of a tree write below what they make
+            if strict and not d.startswith(self.workdir):
+                raise self.error(f"creates '{d}', outside the working tree (--strict)")
+            fs.mkdir(d)
         for u in step.uses:
             role = u.role
             if role == VIA:
                 continue
-            real, kind = fs.lookup(u.path, follow=role in (IN, OUT, INOUT, NOCLOBBER))
+            real, kind, there = fs.lookup(u.path, follow=role in (IN, OUT, INOUT, NOCLOBBER))
             if real != u.path:
                 # reached through a symbolic link: the file is its target, used by the name
                 # the script wrote, and ordered with changes to the link (the name)
@@ -299,22 +304,25 @@ class EmitMixin:
                         ok = self._readable[path] = os.access(path, os.R_OK)
                     if not ok:
                         raise self.error(f"cannot read '{self._shown(path)}': permission denied")
+            if not there and (role == OUT or role == INOUT):
+                # its directory does not exist: bash fails to write it, so must this (under its
+                # real name, not a scratch file that could be made), and no file appears
+                u.loc = None
+                if not unsure:
+                    nowhere.append(u)
             if strict and role in (OUT, INOUT, DEL, TREE, RMTREE, SYMLINK) and not (
                     u.path == self.workdir or u.path.startswith(self.workdir + os.sep)):
                 raise self.error(f"writes '{u.path}', outside the working tree {self.workdir} "
                                  "(--strict)")
         if vias:
             step.uses.extend(vias)
-        for d in step.mkdirs:
-            if strict and not d.startswith(self.workdir):
-                raise self.error(f"creates '{d}', outside the working tree (--strict)")
-            fs.mkdir(d)
         for u in step.uses:
             role = u.role
             if role == DEL or role == RMTREE:
                 fs.remove(u.path)
             elif role == OUT or role == INOUT:
-                fs.add_file(u.path, step.line)
+                if not nowhere or u not in nowhere:
+                    fs.add_file(u.path, step.line)
             elif role == SYMLINK:
                 fs.add_link(u.path, u.prefix)
         if step.barrier:

@@ -132,9 +132,9 @@ class SimFS:
             return real_parent + "/" + name if real_parent != "/" else "/" + name
         return self.resolve(os.path.join(real_parent or parent, k[1:]), True, depth + 1)
 
-    def lookup(self, path: str, follow: bool = True) -> tuple[str, str | None]:
-        """``(resolve(path, follow), kind)`` in one step (the compiler asks both per file use);
-        ``kind`` follows a last link only when ``follow`` is true."""
+    def lookup(self, path: str, follow: bool = True) -> tuple[str, str | None, bool]:
+        """``(resolve(path, follow), kind, its directory exists)`` in one step (the compiler asks
+        them per file use); ``kind`` follows a last link only when ``follow`` is true."""
         if "//" in path or "/." in path or path.endswith("/") or not path.startswith("/"):
             path = os.path.normpath(path)
         parent, _, name = path.rpartition("/")
@@ -143,16 +143,17 @@ class SimFS:
         if listing is None:
             listing = self._listing(parent)
             if listing is None:
-                return path, None
+                return path, None, False
         k = listing.get(name)
         if k is not None and len(k) > 1 and follow:  # a link: the file is its target
             real = self.resolve(path)
             k = self.kind(real, False)
-            return real, None if k is not None and k[0] == LINK else k
+            there = self.isdir(real.rpartition("/")[0] or "/")
+            return real, None if k is not None and k[0] == LINK else k, there
         real_parent = self._alias.get(parent)
         if real_parent is not None:
             path = real_parent + "/" + name if real_parent != "/" else "/" + name
-        return path, k
+        return path, k, True
 
     def _forget_aliases(self) -> None:
         for a in self._alias:

@@ -304,3 +304,18 @@ def test_a_removed_file_present_at_start_is_removed(tmp_path: Path) -> None:
     plan = comp(c, src)
     assert 2 not in plan.dag.noop
     compare(tmp_path, src, setup)
+
+
+def test_a_write_into_a_missing_directory_fails_each_time(tmp_path: Path) -> None:
+    # sub/ never exists: both writes fail in bash; a scratch name must not make the first work
+    src = f"for a in x y; do\n  ncks -O -v tas {A} sub/o.nc\ndone\necho end > end.txt\n"
+    c = tmp_path / "c"
+    c.mkdir()
+    models(c)
+    plan = comp(c, src)
+    outs = [u for s in plan.steps[:2] for u in s.uses if u.path.endswith("/sub/o.nc")]
+    assert len(outs) == 2 and all(u.loc is None for u in outs)  # real names
+    assert not plan.dag.scratch_groups()
+    rb, rs = compare(tmp_path, src, models)
+    assert (rb.stdout + rb.stderr).count("unable to create") == 2
+    assert (rs.stdout + rs.stderr).count("unable to create") == 2
