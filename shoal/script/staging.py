@@ -26,6 +26,12 @@ from dataclasses import dataclass, field
 from .dag import Dag
 from .errors import Unsupported
 from .model import DEL, IN, INOUT, OUT, Step
+from .simfs import PRESENT, VIA
+
+# uses that only order (no name on the command line, nothing written)
+ORDER_ONLY = frozenset({VIA, PRESENT})
+# uses that a staged command can make without changing what exists: reads, fresh writes
+PLAIN = frozenset({IN, OUT}) | ORDER_ONLY
 
 
 def mark_errexit(steps: list[Step], script: str) -> bool:
@@ -78,7 +84,8 @@ def analyze(dag: Dag, on: bool) -> Staging:
         return st
     steps, versions, groups = dag.steps, dag.versions, dag.groups
     # names written where the command line does not show them (`cp a b dir/`) cannot be staged
-    unnamed = {u.path for s in steps for u in s.uses if u.loc is None}
+    unnamed = {u.path for s in steps for u in s.uses
+               if u.loc is None and u.role not in ORDER_ONLY}
     # a real group is staged when all its versions are the script's, with literal names
     for g in groups:
         if g.real and g.path not in unnamed and all(versions[v].writer is not None
@@ -113,10 +120,10 @@ def analyze(dag: Dag, on: bool) -> Staging:
             for u in steps[sid].uses:
                 if u.path == v.path and u.role in roles and u.loc is not None:
                     st.subst[sid][u.loc] = v.group
-    for s in steps:
-        if (s.barrier or s.mkdirs
-                or any(u.role == INOUT or (u.role == DEL and s.id not in dag.noop)
-                       for u in s.uses)):
+    for s in steps:  # changes in place: edits, removals, trees, links, directories
+        if s.barrier or s.mkdirs or any(
+                u.role not in PLAIN and not (u.role == DEL and s.id in dag.noop)
+                for u in s.uses):
             st.in_order.add(s.id)
     for v in versions:  # writes under a real name that cannot be staged
         if v.writer is not None and groups[v.group].real and v.group not in st.staged:

@@ -238,3 +238,25 @@ sort -r in.txt > r.txt
 echo done
 """)
     assert code == 0 and out == "done\n"
+
+
+def test_set_e_trees_links_and_overwrites_wait_for_earlier_commands(tmp_path: Path) -> None:
+    def setup(d: Path) -> None:
+        no_inputs(d)
+        (d / "old.txt").write_text("from before\n")
+        (d / "keep").mkdir()
+        (d / "keep" / "k.txt").write_text("k\n")
+
+    code, out = both(tmp_path, """set -e
+mkdir -p d1
+sort in.txt > d1/a.txt
+sort -r in.txt > old.txt
+cp -r d1 d2
+ln -s d1/a.txt link.txt
+grep zzz in.txt > g.txt
+rm -rf keep
+cp -r d2 d3
+sort in.txt > old.txt
+echo never
+""", setup=setup)
+    assert code == 1 and out == ""
