@@ -91,7 +91,9 @@ class EmitMixin:
             raise self.error(f"'{cmd.type.replace('_', ' ')}' in a pipeline is not supported",
                              Unsupported)
         assigns: dict[str, str] = {}
-        _has_name, assign_parts, inner_redirects, words = self._parts(cmd)
+        _has_name, assign_parts, inner_redirects, words, before = self._parts(cmd)
+        for name, append, value in before:  # lines tree-sitter glued to this command
+            self._assign(name, append, value)
         st = Stage([], [], assigns)
         for a in assign_parts:
             self._stage_assign(a, st)
@@ -166,7 +168,9 @@ class EmitMixin:
         line = self.line
         cwd = self.cwd
         step = Step(len(self.steps), line, stages, groups, connectors, negated, cwd,
-                    self._env_diff(), options=frozenset(self.shell_options),
+                    self._env_diff(),
+                    options=frozenset(self.shell_options - {"e"} if self._no_errexit
+                                      else self.shell_options),
                     shopt=frozenset(self.shopt))
         for d in self._control:
             step.after |= d

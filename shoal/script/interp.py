@@ -45,10 +45,18 @@ from .parser import Node, parse
 from .semantics import Semantics
 from .simfs import SimFS
 
+# statements whose status comes from a command inside them, which `set -e` checked already
+# (or ignores: `false && x` does not stop the script)
+_ERREXIT_INNER = frozenset({"list", "negated_command", "if_statement", "while_statement",
+                            "for_statement", "c_style_for_statement", "case_statement",
+                            "function_definition", "compound_statement"})
+
 # NAME= or NAME+= at the start of a word before the command name: an assignment
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
-# what _parts returns: has a command name, assignments, redirections, word texts
-CommandParts = tuple[bool, list[tuple[str, bool, str]], list[tuple[Node, str]], list[str]]
+# what _parts returns: has a command name, assignments, redirections, word texts, and the
+# assignments of lines before it that tree-sitter glued to it
+CommandParts = tuple[bool, list[tuple[str, bool, str]], list[tuple[Node, str]], list[str],
+                     list[tuple[str, bool, str]]]
 
 
 class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
@@ -75,6 +83,8 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         self.last_status: int | None = 0
         self.line = 0
         self.set_e = False
+        # > 0 while running what `set -e` ignores: conditions, `!`, list items but the last
+        self._no_errexit = 0
         # shell options in force: `set` letters (e, u, x, f, C, ...) and 'pipefail'
         self.shell_options: set[str] = {"h", "B"}
         self.shopt: set[str] = set()  # `shopt -s` names in force (nullglob, ...)
@@ -139,7 +149,7 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
             if stmts is None:  # `(( ... ))`
                 self.line = _line(node)
                 status = self.last_status = self._arith_command(node)
-                if status and self.set_e and not self._capture:
+                if status and self.set_e and not self._capture and not self._no_errexit:
                     raise _Exit(status)
                 return status
             status: int | None = 0
@@ -152,21 +162,26 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
             raise self.error(f"unsupported shell construct '{t}'", Unsupported)
         status = handler(node)
         self.last_status = status
-        if status not in (None, 0) and self.set_e and not self._capture:
+        if status not in (None, 0) and self.set_e and not self._capture and \
+                not self._no_errexit and t not in _ERREXIT_INNER:
             raise _Exit(status)
         return status
 
     def _x_comment(self, node: Node) -> int | None:
         return self.last_status
 
-    def _x_variable_assignment(self, node: Node) -> int:
+    # A command of assignments only has the status of its last command substitution
+    # (`x=$(grep ..)` sets $? and stops `set -e`), 0 without one.
+    def _x_variable_assignment(self, node: Node) -> int | None:
+        self.subst_status = 0
         self._assign_node(node)
-        return 0
+        return self.subst_status
 
-    def _x_variable_assignments(self, node: Node) -> int:
+    def _x_variable_assignments(self, node: Node) -> int | None:
+        self.subst_status = 0
         for c in _named(node):
             self._assign_node(c)
-        return 0
+        return self.subst_status
 
     def _assign_node(self, node: Node, local: bool = False) -> None:
         hit = self._assign_cache.get(node.id)
@@ -219,7 +234,11 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         inner = _named(node)[0]
         if self._dynamic(inner):
             return self._emit_list([("", inner)], negate_first=True)
-        status = self.exec_node(inner)
+        self._no_errexit += 1
+        try:
+            status = self.exec_node(inner)
+        finally:
+            self._no_errexit -= 1
         return None if status is None else int(status == 0)
 
     def _x_if_statement(self, node: Node) -> int | None:
@@ -261,9 +280,13 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
 
     def _condition(self, nodes: list[Node]) -> int:
         status: int | None = 0
-        for n in nodes:
-            if n.is_named:
-                status = self.exec_node(n)
+        self._no_errexit += 1
+        try:
+            for n in nodes:
+                if n.is_named:
+                    status = self.exec_node(n)
+        finally:
+            self._no_errexit -= 1
         if status is None:
             raise self.error("condition depends on a program's exit status, which is known "
                              "only when the script runs", Unsupported)
@@ -503,8 +526,13 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
             # `a || b` with `a` decided at run time: one step, run as written
             return self._emit_list(items)
         mark = len(self.steps)
-        status = self.exec_node(items[0][1])
-        for op, item in items[1:]:
+        self._no_errexit += 1  # set -e ignores every item but the last
+        try:
+            status = self.exec_node(items[0][1])
+        finally:
+            self._no_errexit -= 1
+        last = len(items) - 1
+        for k, (op, item) in enumerate(items[1:], 1):
             if status is None:
                 if op == "||":
                     raise self.error("'||' after a command whose exit status is known only at "
@@ -523,7 +551,11 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
                 status = None
             elif (op == "&&" and status == 0) or (op == "||" and status != 0):
                 mark = len(self.steps)
-                status = self.exec_node(item)
+                self._no_errexit += k < last
+                try:
+                    status = self.exec_node(item)
+                finally:
+                    self._no_errexit -= k < last
         return status
 
     def _flatten_list(self, node: Node) -> list[tuple[str, Node]]:
@@ -574,9 +606,20 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         items: list[list] = []  # type: ignore[type-arg]  # [kind, text, end byte, node]
         src = node.text or b""
         base = node.start_byte
+        before: list[tuple[str, bool, str]] = []
+        last = base
         for c in node.children:
             t = c.type
             start, end = c.start_byte, c.end_byte
+            if b"\n" in src[last - base:start - base].replace(b"\\\n", b""):
+                # tree-sitter may glue `X=1 Y=2` to the command on the next line: in bash a
+                # newline ends a command, so those assignments are a command of their own
+                if any(it[0] != "assign" for it in items):
+                    raise self.error("a command that tree-sitter reads across lines",
+                                     Unsupported)
+                before.extend(self._split_assign(it[1]) for it in items)
+                items = []
+            last = end
             if t in _WORDLIKE or t == "command_name" or t == "$":
                 text = src[start - base:end - base].decode(errors="surrogateescape")
                 if items and items[-1][2] == start:
@@ -603,7 +646,7 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
                 assigns.append(self._split_assign(text))
             else:
                 words.append(text)
-        parts = (bool(words), assigns, redirects, words)
+        parts = (bool(words), assigns, redirects, words, before)
         self._parts_cache[node.id] = (node, parts)
         return parts
 
@@ -643,16 +686,19 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         return kids
 
     def _x_command(self, node: Node) -> int | None:
-        has_name, assigns, _r, words = self._parts(node)
+        has_name, assigns, _r, words, before = self._parts(node)
+        for name, append, value in before:  # lines tree-sitter glued to this command
+            self._assign(name, append, value)
+        self.subst_status = 0
         if not has_name:
             for name, append, value in assigns:
                 self._assign(name, append, value)
-            return 0
+            return self.subst_status
         argv = self.expand_texts(words)
         if not argv:
             for name, append, value in assigns:  # `x=1 $empty` assigns, as bash does
                 self._assign(name, append, value)
-            return 0
+            return self.subst_status
         prog = argv[0]
         if prog in self.functions:
             return self._call(prog, argv[1:])

@@ -1,0 +1,36 @@
+"""Control flow decided at compile time, against bash: `set -e` where bash ignores a failure
+(conditions, `!`, every list item but the last), a command of assignments taking its
+substitution's status, and lines tree-sitter glues together."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from script_helpers import compare
+
+
+def _inputs(d: Path) -> None:
+    (d / "in.txt").write_text("x\ny\n")
+
+
+@pytest.mark.parametrize("name, source", [
+    ("conditions", "set -e\nif [ -f nope ]; then echo a; fi\nwhile false; do :; done\n"
+                   "until true; do :; done\necho b > b.txt\n"),
+    ("lists", "set -e\n[ -f nope ] && echo x\nfalse || echo c > c.txt\n"
+              "true && false && echo no\necho d > d.txt\n"),
+    ("negation", "set -e\n! true\n! false\necho e > e.txt\n"),
+    ("last-item-fails", "set -e\ntrue && [ -f nope ]\necho never > never.txt\n"),
+    ("function-in-condition", "set -e\nf() { false; echo inf > inf.txt; }\n"
+                              "if f; then echo yes > yes.txt; fi\nf\necho never > n.txt\n"),
+    ("subshell", "set -e\n( false )\necho never > n.txt\n"),
+    ("arith", "set -e\n(( 0 )) || echo zero > z.txt\n(( 0 ))\necho never > n.txt\n"),
+    ("assignment-status", "x=$(grep -c zzz in.txt)\necho \"$? $x\" > s.txt\nset -e\n"
+                          "y=$(grep -c zzz in.txt) || echo \"caught $?\" > c.txt\n"
+                          "z=$(grep -c x in.txt)\necho \"z=$z\" > z.txt\n"
+                          "w=$(grep zzz in.txt)\necho never > n.txt\n"),
+    ("glued-lines", "export R=nordic\nX=1 Y=2\necho \"$R $X $Y\" > g.txt\n"),
+])
+def test_static_status_and_set_e_as_bash(tmp_path: Path, name: str, source: str) -> None:
+    rb, rs = compare(tmp_path, source, _inputs)
+    assert rs.stdout == rb.stdout
