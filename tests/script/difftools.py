@@ -30,6 +30,8 @@ from pathlib import Path
 from script_helpers import REPO, make_models, ncdump_normal
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
+# the checkout whose shoal is tested (another one, e.g. an older commit, to compare versions)
+SHOAL_REPO = os.environ.get("SHOAL_DIFF_REPO", str(REPO))
 TIMEOUT = 120
 
 
@@ -117,7 +119,7 @@ def populate(data: list[str], d: Path, cache: Path) -> None:
 def _env(d: Path) -> dict[str, str]:
     # same environment for both runs; HOME is the run directory, so `~` is a path inside it
     return {**os.environ, "HOME": str(d), "LC_ALL": "C", "TZ": "UTC",
-            "PYTHONPATH": str(REPO)}
+            "PYTHONPATH": SHOAL_REPO}
 
 
 def run_bash(d: Path, name: str, args: list[str]) -> subprocess.CompletedProcess[str]:
@@ -179,14 +181,16 @@ def _diff(a: str, b: str, what: str, limit: int = 40) -> str:
 
 
 def _norm(text: str, d: Path) -> str:
-    return text.replace(str(d), "<DIR>")
+    # NCO names its temporary output after its process id (out.nc.pid123.ncks.tmp)
+    return re.sub(r"\.pid\d+\.", ".pid<N>.", text.replace(str(d), "<DIR>"))
 
 
 def program_stderr(text: str, name: str) -> str:
     """``text`` without the shell's own diagnostics: bash's ``name: line N: ...`` and shoal's
     ``name:N: command failed ...`` / warnings. What is left comes from the programs, and
     whether that is empty must agree."""
-    own = re.compile(rf"^(shoal script: |warning: )?{re.escape(name)}(: |:\d+: )|^shoal script: ")
+    own = re.compile(rf"^(shoal script: |warning: )?{re.escape(name)}(: |:\d+: )|^shoal script: "
+                     r"|^<DIR>/\.shoal-scratch[^/]*/chains/c\d+\.sh: ")
     return "\n".join(x for x in text.splitlines() if x.strip() and not own.match(x))
 
 

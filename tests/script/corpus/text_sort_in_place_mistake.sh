@@ -1,0 +1,9 @@
+#!/bin/bash
+# The classic mistake `sort f > f`: bash truncates the output before sort reads it, so the
+# file ends up empty; a renaming compiler must not "fix" it.
+# data: text
+cp years.txt y.txt
+sort -r y.txt > y.txt
+cp models.txt m.txt
+cat m.txt | sort > m.txt
+wc -c y.txt m.txt
