@@ -256,6 +256,7 @@ class EmitMixin:
         unsure = getattr(self, "_fs_unsure", False)
         vias: list[FileUse] = []
         nowhere: list[FileUse] = []  # writes into a directory that does not exist
+        ins: list[str] = []
         for d in step.mkdirs:  # first: cp -r / mv of a tree write below what they make
             if strict and not d.startswith(self.workdir):
                 raise self.error(f"creates '{d}', outside the working tree (--strict)")
@@ -291,6 +292,8 @@ class EmitMixin:
                 vias.append(FileUse(u.path, PRESENT, None))
             if role == IN or role == INOUT:
                 path = u.path
+                if role == IN:
+                    ins.append(path)
                 if kind is None:
                     if unsure:
                         u.loc = None  # maybe made by an unknown program: its real name
@@ -320,6 +323,12 @@ class EmitMixin:
                                  "(--strict)")
         if vias:
             step.uses.extend(vias)
+        if ins:
+            for u in step.uses:
+                if u.role == OUT and u.path in ins:
+                    # read and written by one command (`sort f > f`, `tee f < f`): one file as
+                    # in bash, where the write may truncate what is read, not two versions
+                    u.role = INOUT
         for u in step.uses:
             role = u.role
             if role == DEL or role == RMTREE:

@@ -328,6 +328,8 @@ class Semantics:
                     continue  # hard links to directories or missing files fail
                 res.uses.append(FileUse(out_full, SYMLINK, None, target))
                 continue
+            if kind != "link" and fs.resolve(src_full) == fs.resolve(out_full):
+                continue  # "are the same file": an error in bash, nothing changes
             src_kind = fs.kind(src_full, follow=False)
             if src_kind is not None and src_kind[0] == LINK and links_as_links:
                 if out_full != src_full:
