@@ -143,7 +143,7 @@ def snapshot(d: Path) -> dict[str, str]:
         dirs[:] = [x for x in dirs if not x.startswith(".shoal-scratch")]
         for name in sorted(dirs + files):
             p = Path(root) / name
-            rel = str(p.relative_to(d))
+            rel = re.sub(r"\.pid\d+\.", ".pid<N>.", str(p.relative_to(d)))
             if rel.startswith(".shoal-scratch"):
                 continue
             if p.is_symlink():
@@ -167,7 +167,11 @@ def _content(p: Path) -> str:
             raw = b"<gzip>\n" + gzip.decompress(raw)
         except (OSError, EOFError):
             pass
-    return raw.decode("utf-8", "backslashreplace")
+    # ncdump/ncks text saved by the script holds the same time-stamped attributes
+    return _VOLATILE.sub("", raw.decode("utf-8", "backslashreplace"))
+
+
+_VOLATILE = re.compile(r"^[ \t]*:(history|NCO|history_of_appended_files) = .*\n", re.MULTILINE)
 
 
 # -- comparison -------------------------------------------------------------------------------

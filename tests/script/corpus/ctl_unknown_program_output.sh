@@ -1,6 +1,5 @@
 #!/bin/bash
-# An unknown program (a script made at run time) whose output file is read later: refused.
-# expect: refused
+# An unknown program (a script made at run time) whose output file is read later (a barrier).
 cat > gen.sh <<'GEN'
 echo generated > "$1"
 GEN

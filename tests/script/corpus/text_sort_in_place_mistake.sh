@@ -5,5 +5,5 @@
 cp years.txt y.txt
 sort -r y.txt > y.txt
 cp models.txt m.txt
-cat m.txt | sort > m.txt
+tr a-z A-Z < m.txt > m.txt
 wc -c y.txt m.txt
