@@ -27,13 +27,17 @@ def _first_error(node: Node) -> Node | None:
     # descend only into subtrees that contain an error: cheap on large, valid scripts
     if node.type == "ERROR" or node.is_missing:
         return node
-    if not node.has_error:
+    if not node.has_error or node.type == "heredoc_body":
+        # a here-document's text is expanded from its source (words.py), not from the tree,
+        # where tree-sitter misreads `$(( a * (b - 1) ))` as a subshell
         return None
+    in_child = False  # an error inside a child that holds only here-document errors
     for child in node.children:
         found = _first_error(child)
         if found is not None:
             return found
-    return node
+        in_child = in_child or child.has_error
+    return None if in_child else node
 
 
 # tree-sitter-bash 0.25 reads `BASE#$var` in arithmetic (`$((10#$y))`) as a comment, but
@@ -86,9 +90,8 @@ def parse(source: bytes, script: str = "script") -> Node:
         fixed = _repair_base(source, root)
         if fixed is not None:
             root = _parser().parse(fixed).root_node
-    if root.has_error:
-        bad = _first_error(root)
-        assert bad is not None
+    bad = _first_error(root) if root.has_error else None
+    if bad is not None:
         line = bad.start_point[0] + 1
         if bad.is_missing:
             # name the construct left open, on the line where it starts
