@@ -39,6 +39,7 @@ class Spec:
     skip: int = 0
     lists: dict[str, frozenset[str]] = field(default_factory=dict)
     stdin_names: str = ""  # "", "none" or "one" (see commands.toml)
+    shows_names: bool = False  # prints its input files' names: they keep them (commands.toml)
     # command-line shape -> parsed options (see _parse_shape); filled as commands are analyzed
     shapes: dict[tuple[str, ...], tuple] = field(  # type: ignore[type-arg]
         default_factory=dict, repr=False, compare=False)
@@ -112,7 +113,7 @@ class Semantics:
                 raise ScriptError(f"command table: {name}: 'like' names unknown '{entry['like']}'")
             parent = self._resolve(raw, entry["like"], seen + [name])
             base = {"positional": parent.positional, "single": parent.single, "skip": parent.skip,
-                    "stdin_names": parent.stdin_names,
+                    "stdin_names": parent.stdin_names, "shows_names": parent.shows_names,
                     **{k: sorted(v) for k, v in parent.lists.items() if k != "aliases"}}
         merged = {**base, **{k: v for k, v in entry.items() if k != "like"}}
         pos = merged.get("positional", "none")
@@ -120,7 +121,7 @@ class Semantics:
             raise ScriptError(f"command table: {name}: unknown positional kind '{pos}'")
         lists = {k: frozenset(merged.get(k, ())) for k in _LIST_FIELDS}
         return Spec(name, pos, merged.get("single", "input"), int(merged.get("skip", 0)), lists,
-                    str(merged.get("stdin_names", "")))
+                    str(merged.get("stdin_names", "")), bool(merged.get("shows_names", False)))
 
     def get(self, program: str) -> Spec | None:
         """The spec of ``program`` (its basename), or None for an unknown program."""
@@ -175,7 +176,7 @@ class Semantics:
                 spec.lists["overwrite_flags"].isdisjoint(flags):
             out_role = NOCLOBBER  # NCO without -O: fails if the output exists (emit decides)
 
-        def inp(path: str, idx: int) -> None:
+        def inp(path: str, idx: int | None) -> None:
             if prefix_dir is not None and not path.startswith("/"):
                 # NCO -p DIR prefixes input names: the name itself cannot be substituted
                 use(os.path.join(prefix_dir, path), IN, None)
@@ -186,7 +187,8 @@ class Semantics:
             pass
         elif kind == "inputs":
             for a, k in pos:
-                use(a, INOUT if inplace else IN, k)
+                # a program that prints its files' names (wc, ncdump) reads them by their names
+                use(a, INOUT if inplace else IN, None if spec.shows_names else k)
             for v, idx, p in out_opt:
                 use(v, out_role, idx, p)
         elif kind == "inputs_output":
@@ -210,7 +212,7 @@ class Semantics:
                 elif spec.single == "output":
                     use(a, out_role, k)
                 else:
-                    inp(a, k)
+                    inp(a, None if spec.shows_names else k)  # ncks prints it, and its name
             elif pos:
                 for a, k in pos[:-1]:
                     inp(a, k)

@@ -340,3 +340,18 @@ def test_a_file_read_and_written_by_one_command_is_one_file(tmp_path: Path) -> N
     compare(tmp_path, src, lambda d: None)
     assert (tmp_path / "shoal" / "o1.txt").read_text() == ""
     assert (tmp_path / "shoal" / "mv_status.txt").exists()
+
+
+def test_programs_that_print_file_names_read_them_by_their_names(tmp_path: Path) -> None:
+    # an intermediate read by wc / ncdump / ncks -m: its (scratch) name would be printed
+    src = (f"echo a > t.txt\nwc -l t.txt > n.txt\nrm t.txt\n"
+           f"ncks -O -v tas {A} small.nc\nncdump -h small.nc | head -n 1 > small.cdl\n"
+           "ncks -m small.nc | head -n 1 > small_meta.txt\nrm small.nc\n")
+    c = tmp_path / "c"
+    c.mkdir()
+    models(c)
+    plan = comp(c, src)
+    assert not plan.dag.scratch_groups()
+    rb, rs = compare(tmp_path, src, models)
+    assert (tmp_path / "shoal" / "n.txt").read_text() == "1 t.txt\n"
+    assert (tmp_path / "shoal" / "small.cdl").read_text().startswith("netcdf small {")
