@@ -126,6 +126,12 @@ class EmitMixin:
             quoted = start is not None and any(q in _text(start) for q in "'\"\\")
             text = ""
             if body is not None:
+                if not quoted and any(rd.op in (">", ">>", "&>", "&>>", ">|")
+                                      for rd in st.redirects) and \
+                        any(c in _text(body) for c in ("$(", "`")):
+                    # bash opens `> f` first, so a substitution in the body sees f
+                    raise self.error("command substitution in a here-document after an output "
+                                     "redirection of the same command", Unsupported)
                 text = _text(body) if quoted else self._heredoc_text(body)
             st.heredoc = text if text.endswith("\n") or not text else text + "\n"
             for c in r.children:
@@ -136,7 +142,15 @@ class EmitMixin:
             st.heredoc = self.expand_str(_named(r)[-1]) + "\n"
             return
         fd, op, target = self.redirect_parts(r, glued)
-        st.redirects.append(Redirect(fd, op, self.expand_str(target)))
+        if op in (">&", "<&") and (target.isdigit() or target == "-"):
+            st.redirects.append(Redirect(fd, op, target))
+            return
+        # a target is split and globbed like an argument, and must make exactly one word
+        fields = self.expand_texts([target])
+        if len(fields) != 1:
+            raise self.error(f"redirection to {target} that expands to {len(fields)} words "
+                             "(bash: ambiguous redirect)", Unsupported)
+        st.redirects.append(Redirect(fd, op, fields[0]))
 
     def redirect_parts(self, r: Node, glued: str = "") -> tuple[str, str, str]:
         """(fd, operator, target source text) of a file redirection."""
