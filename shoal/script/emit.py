@@ -124,15 +124,16 @@ class EmitMixin:
             body = next((c for c in r.children if c.type == "heredoc_body"), None)
             start = next((c for c in r.children if c.type == "heredoc_start"), None)
             quoted = start is not None and any(q in _text(start) for q in "'\"\\")
-            text = ""
-            if body is not None:
-                if not quoted and any(rd.op in (">", ">>", "&>", "&>>", ">|")
-                                      for rd in st.redirects) and \
-                        any(c in _text(body) for c in ("$(", "`")):
-                    # bash opens `> f` first, so a substitution in the body sees f
-                    raise self.error("command substitution in a here-document after an output "
-                                     "redirection of the same command", Unsupported)
-                text = _text(body) if quoted else self._heredoc_text(body)
+            source = self._heredoc_source(r, body)
+            if not quoted and any(rd.op in (">", ">>", "&>", "&>>", ">|")
+                                  for rd in st.redirects) and \
+                    any(c in source for c in ("$(", "`")):
+                # bash opens `> f` first, so a substitution in the body sees f
+                raise self.error("command substitution in a here-document after an output "
+                                 "redirection of the same command", Unsupported)
+            if any(c.type == "<<-" for c in r.children):  # <<- strips leading tabs
+                source = "\n".join(ln.lstrip("\t") for ln in source.split("\n"))
+            text = source if quoted else self.expand_str(source, "heredoc")
             st.heredoc = text if text.endswith("\n") or not text else text + "\n"
             for c in r.children:
                 if c.type == "file_redirect":
@@ -174,8 +175,13 @@ class EmitMixin:
                              Unsupported)
         return fd, op, words[0]
 
-    def _heredoc_text(self, body: Node) -> str:
-        return self.expand_str(_text(body), "heredoc")
+    def _heredoc_source(self, r: Node, body: Node | None) -> str:
+        """The source text of the body of here-document ``r`` (the parser may have blanked
+        it in the tree: then it is the whole masked body)."""
+        for start, text in self._heredoc_masks:
+            if r.start_byte < start < r.end_byte:
+                return text.decode(errors="surrogateescape")
+        return "" if body is None else _text(body)
 
     def _emit(self, stages: list[Stage], groups: list[list[int]], connectors: list[str],
               negated: list[bool]) -> int | None:

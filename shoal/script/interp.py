@@ -85,6 +85,8 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         self.set_e = False
         # > 0 while running what `set -e` ignores: conditions, `!`, list items but the last
         self._no_errexit = 0
+        # here-document bodies blanked for tree-sitter: (start byte, original text)
+        self._heredoc_masks: list[tuple[int, bytes]] = []
         # shell options in force: `set` letters (e, u, x, f, C, ...) and 'pipefail'
         self.shell_options: set[str] = {"h", "B"}
         self.shopt: set[str] = set()  # `shopt -s` names in force (nullglob, ...)
@@ -116,7 +118,7 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
     # ------------------------------------------------------------------ entry points
     def run_source(self, source: bytes) -> Result:
         """Interpret a whole script."""
-        root = parse(source, self.script)
+        root = parse(source, self.script, self._heredoc_masks)
         try:
             try:
                 self._run_units(root)

@@ -79,12 +79,87 @@ def _in_arithmetic(node: Node) -> bool:
     return False
 
 
-def parse(source: bytes, script: str = "script") -> Node:
+# `<<WORD`, `<<-WORD`, `<<'WORD'`, `<<"WORD"` (not `<<<`)
+_HEREDOC_OP = re.compile(rb"(?<!<)<<(-?)[ \t]*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
+
+
+def _heredoc_bodies(source: bytes) -> list[tuple[int, int, bool]]:
+    """(start, end, quoted) of each here-document body, found line by line as bash reads
+    them: bodies start on the line after their operator and end at the delimiter line."""
+    out: list[tuple[int, int, bool]] = []
+    pending: list[tuple[bool, bytes, bool]] = []  # (strip tabs, delimiter, quoted)
+    body_start = 0
+    pos = 0
+    for line in source.split(b"\n"):
+        nxt = pos + len(line) + 1
+        if pending:
+            strip, delim, quoted = pending[0]
+            if (line.lstrip(b"\t") if strip else line) == delim:
+                out.append((body_start, pos, quoted))
+                pending.pop(0)
+                body_start = nxt
+        else:
+            for m in _HEREDOC_OP.finditer(_code_part(line)):
+                pending.append((m.group(1) == b"-", m.group(3), m.group(2) != b""))
+            body_start = nxt
+        pos = nxt
+    return out
+
+
+def _code_part(line: bytes) -> bytes:
+    """The line with quoted text blanked and its comment cut (where a heredoc operator can
+    be)."""
+    out = bytearray(line)
+    quote = 0
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if quote:
+            if c == quote:
+                quote = 0
+            elif c == 0x5C and quote == 0x22:  # backslash in "..."
+                out[i] = 0x20
+                i += 1
+                if i < len(line):
+                    out[i] = 0x20
+            else:
+                out[i] = 0x20
+        elif c == 0x5C:  # backslash
+            i += 1
+        elif c in (0x22, 0x27):  # " '
+            quote = c
+        elif c == 0x23 and (i == 0 or line[i - 1] in b" \t;&|("):  # a comment
+            return bytes(out[:i])
+        i += 1
+    return bytes(out)
+
+
+def _mask_heredocs(source: bytes, masks: list[tuple[int, bytes]]) -> bytes:
+    """Blank the unquoted here-document bodies that hold ``$((``: tree-sitter misreads
+    ``$(( a * (b - 1) ))`` there as a subshell and gives up on the rest of the script. Their
+    text is expanded from the original source anyway (``masks``: start, original bytes)."""
+    if b"<<" not in source or b"$((" not in source:
+        return source
+    out = bytearray(source)
+    for start, end, quoted in _heredoc_bodies(source):
+        body = source[start:end]
+        if not quoted and b"$((" in body:
+            masks.append((start, body))
+            out[start:end] = re.sub(rb"[^\n]", b" ", body)
+    return bytes(out)
+
+
+def parse(source: bytes, script: str = "script",
+          masks: list[tuple[int, bytes]] | None = None) -> Node:
     """Parse ``source`` and return the root ``program`` node; raise ScriptError on a syntax error.
 
     tree-sitter-bash's word boundaries are not bash's (``$a/$b.nc`` may come out as two
     nodes): the interpreter joins adjacent nodes and reads words from their source text.
+    With ``masks``, here-document bodies tree-sitter cannot read are blanked in the tree and
+    listed there, (start byte, original text), for the caller to expand.
     """
+    if masks is not None:
+        source = _mask_heredocs(source, masks)
     root = _parser().parse(source).root_node
     if root.has_error and b"#$" in source:
         fixed = _repair_base(source, root)

@@ -30,6 +30,11 @@ def _inputs(d: Path) -> None:
                           "z=$(grep -c x in.txt)\necho \"z=$z\" > z.txt\n"
                           "w=$(grep zzz in.txt)\necho never > n.txt\n"),
     ("glued-lines", "export R=nordic\nX=1 Y=2\necho \"$R $X $Y\" > g.txt\n"),
+    # tree-sitter cannot read $(( a * (b - 1) )) in a here-document; <<- strips tabs
+    ("heredoc-arith", "n=3 # a comment with <<- in it\ncat <<EOF > r.txt\n"
+                      "pairs: $(( n * (n - 1) / 2 )) of $n\nEOF\ncat <<'EOF' >> r.txt\n"
+                      "$(( 1 + 1 ))\nEOF\ncat <<-EOF > t.txt\n\tin $n\n\t\ttwo\n\tEOF\n"
+                      "echo after > a.txt\n"),
 ])
 def test_static_status_and_set_e_as_bash(tmp_path: Path, name: str, source: str) -> None:
     rb, rs = compare(tmp_path, source, _inputs)
