@@ -363,11 +363,14 @@ def _run_plan(plan: Plan, workdir: str, opts: RunOptions, t0: float, backend: st
     local_delete: dict[int, list[int]] = {}
     client_delete: dict[int, set[int]] = {}  # group -> clusters that must finish first
     single: dict[int, int] = {}  # group -> the only cluster using it
+    # intermediates ended by a command that may not run (`a && rm tmp`): kept until it did
+    cond_end = {gid for gid in dag.scratch_users
+                if (e := stg.ends.get(gid)) is not None and dag.steps[e].after}
     for gid, users in dag.scratch_users.items():
         cl = {cluster_of[u] for u in users}
         if len(cl) == 1:
             single[gid] = next(iter(cl))
-        if len(cl) == 1 and not stg.on:
+        if len(cl) == 1 and not stg.on and gid not in cond_end:
             order = plan.clusters[next(iter(cl))].steps
             last = max(users, key=order.index)
             local_delete.setdefault(last, []).append(gid)
@@ -375,6 +378,9 @@ def _run_plan(plan: Plan, workdir: str, opts: RunOptions, t0: float, backend: st
             client_delete[gid] = cl
     # per-node memory directories go when their chain ends: under set -e an intermediate may
     # outlive its chain (the place where the script stops needs it), so those go to disk
+    if scope == "cluster":
+        for gid in cond_end:
+            single.pop(gid, None)
     lay = _Layout(plan, os.path.abspath(workdir), opts,
                   node_local=({} if stg.on else single) if scope == "cluster" else None)
     for gid in stg.staged:  # staged final files: on disk, next to the real ones
@@ -401,7 +407,7 @@ def _run_plan(plan: Plan, workdir: str, opts: RunOptions, t0: float, backend: st
         else:
             front.advance()
         for gid in [g for g, cl in pending_delete.items() if not cl]:
-            if stg.on:
+            if stg.on or gid in cond_end:
                 end = stg.ends.get(gid, front.n)
                 if front.stopped is not None or end >= front.next \
                         or front.status.get(end) in (SKIPPED, "dead"):
@@ -434,7 +440,7 @@ def _run_plan(plan: Plan, workdir: str, opts: RunOptions, t0: float, backend: st
     finally:
         if not report.interrupted:
             front.advance(list(range(len(dag.steps))))
-            if stg.on:
+            if stg.on or cond_end:
                 last = front.stopped if front.stopped is not None else len(dag.steps) - 1
                 ran = {v for v, st in front.status.items() if st not in (SKIPPED, "dead")}
                 for msg in materialize(dag, stg, last, physical, ran):

@@ -80,18 +80,7 @@ class Staging:
 def analyze(dag: Dag, on: bool) -> Staging:
     """The staging plan of ``dag``; ``on``: some step has errexit."""
     st = Staging(on=on)
-    if not on:
-        return st
     steps, versions, groups = dag.steps, dag.versions, dag.groups
-    # names written where the command line does not show them (`cp a b dir/`) cannot be staged
-    unnamed = {u.path for s in steps for u in s.uses
-               if u.loc is None and u.role not in ORDER_ONLY}
-    # a real group is staged when all its versions are the script's, with literal names
-    for g in groups:
-        if g.real and g.path not in unnamed and all(versions[v].writer is not None
-                                                    for v in g.versions):
-            st.staged.add(g.id)
-    st.subst = [{} for _ in steps]
     end_of: dict[int, int] = {}  # version -> the step that ends it
     last_of: dict[str, int] = {}
     for v in versions:
@@ -104,6 +93,17 @@ def analyze(dag: Dag, on: bool) -> Staging:
             end_of[v.id] = v.deleter
     for vid, e in end_of.items():
         _end(st, versions[vid].group, e)
+    if not on:
+        return st  # ends and versions only: for removals that may not run (`a && rm f`)
+    # names written where the command line does not show them (`cp a b dir/`) cannot be staged
+    unnamed = {u.path for s in steps for u in s.uses
+               if u.loc is None and u.role not in ORDER_ONLY}
+    # a real group is staged when all its versions are the script's, with literal names
+    for g in groups:
+        if g.real and g.path not in unnamed and all(versions[v].writer is not None
+                                                    for v in g.versions):
+            st.staged.add(g.id)
+    st.subst = [{} for _ in steps]
     barriers = [s.id for s in steps if s.barrier]
     for v in versions:
         if v.group not in st.staged:

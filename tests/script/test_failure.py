@@ -260,3 +260,17 @@ sort in.txt > old.txt
 echo never
 """, setup=setup)
     assert code == 1 and out == ""
+
+
+@pytest.mark.parametrize("extra", [(), ("--local-threads", "--no-shm")])
+def test_skipped_rm_of_an_intermediate_keeps_it(tmp_path: Path, extra: tuple[str, ...]) -> None:
+    # without set -e: `grep && rm` does not remove tmp.txt when grep fails, as in bash
+    code, out = both(tmp_path, """sort in.txt > tmp.txt
+sort -r tmp.txt > r.txt
+grep -q zzz in.txt && rm tmp.txt
+sort in.txt > tmp2.txt
+cat tmp2.txt > s.txt
+grep -q alpha in.txt && rm tmp2.txt
+echo done
+""", extra=extra)
+    assert code == 0 and out == "done\n"
