@@ -9,8 +9,13 @@ A corpus script may start with directives (comment lines before the first comman
     # stderr: exact          compare stderr text, not only whether it is empty
 
 netCDF files are compared as ncdump text without the attributes NCO fills with command lines
-and times (``script_helpers.ncdump_normal``); gzip files on their uncompressed bytes (the header
-holds a time stamp); symlinks on their targets.
+and times (``script_helpers.ncdump_normal``; the same lines are dropped from text files, which may
+hold ncdump output); gzip files on their uncompressed bytes (the header holds a time stamp);
+symlinks on their targets. In stdout, stderr and file names the run directory reads ``<DIR>`` and
+NCO's ``.pid123.`` temporary suffix ``.pid<N>.``. Stderr: with ``# stderr: exact`` the text must
+agree; otherwise whether the programs wrote anything to it, leaving out the shell's own
+diagnostics on both sides (bash's ``name: line N: ...``, shoal's ``name:N: command failed ...``
+and warnings, the ``chains/cN.sh: N:`` lines of the shell running a chain).
 """
 
 from __future__ import annotations
