@@ -277,6 +277,7 @@ class EmitMixin:
         vias: list[FileUse] = []
         nowhere: list[FileUse] = []  # writes into a directory that does not exist
         ins: list[str] = []
+        failing = False  # reads a file that does not exist
         for d in step.mkdirs:  # first: cp -r / mv of a tree write below what they make
             if strict and not d.startswith(self.workdir):
                 raise self.error(f"creates '{d}', outside the working tree (--strict)")
@@ -320,11 +321,17 @@ class EmitMixin:
                     elif role == INOUT:
                         role = u.role = OUT  # appending to an absent file creates it
                     elif not compound:
-                        shown = self._shown(path)
-                        raise self.error(
+                        # bash runs it and it fails: so does this, reading the real name
+                        # (ordered with every later write of it), and the files the program
+                        # would have written do not appear (what a redirection opens does)
+                        u.loc = None
+                        failing = True
+                        self.result.warnings.append(
+                            f"{self.script}:{self.line}: warning: "
                             f"{step.programs[0] if step.programs else 'command'} reads "
-                            f"'{shown}', which does not exist at this point of the "
-                            "script (no earlier command creates it)")
+                            f"'{self._shown(path)}', which does not exist at this point of "
+                            "the script (no earlier command creates it): it will fail, as in "
+                            "bash")
                 elif kind == "f" and not compound and path not in written:
                     ok = self._readable.get(path)
                     if ok is None:
@@ -341,6 +348,11 @@ class EmitMixin:
                     u.path == self.workdir or u.path.startswith(self.workdir + os.sep)):
                 raise self.error(f"writes '{u.path}', outside the working tree {self.workdir} "
                                  "(--strict)")
+        if failing:
+            for u in step.uses:
+                if u.role == OUT and (u.loc is None or u.loc[1] == "a") and u not in nowhere:
+                    u.loc = None
+                    nowhere.append(u)
         if vias:
             step.uses.extend(vias)
         if ins:

@@ -46,7 +46,7 @@ _BASE_VAR = re.compile(rb"\d+#\$([A-Za-z_]\w*|\d)")
 _ARITH_TYPES = ("arithmetic_expansion", "c_style_for_statement", "compound_statement")
 
 
-def _repair_base(source: bytes, root: Node) -> bytes | None:
+def _repair_base(source: bytes, root: Node) -> list[tuple[int, bytes]]:
     fixes: list[re.Match[bytes]] = []
     stack = [root]
     while stack:
@@ -58,17 +58,45 @@ def _repair_base(source: bytes, root: Node) -> bytes | None:
             if m:
                 fixes.append(m)
         stack.extend(node.children)
-    if not fixes:
-        return None
+    inserts: list[tuple[int, bytes]] = []
+    for m in fixes:
+        inserts += [(m.start(1), b"{"), (m.end(1), b"}")]
+    return inserts
+
+
+def _insert(source: bytes, inserts: list[tuple[int, bytes]],
+            masks: list[tuple[int, bytes]] | None = None) -> bytes:
+    """``source`` with ``(position, text)`` inserted; the starts of ``masks`` after an
+    insertion move with it."""
     out = bytearray()
     pos = 0
-    for m in sorted(fixes, key=lambda m: m.start()):
-        if m.start() < pos:
-            continue
-        out += source[pos:m.start(1) - 1] + b"${" + m.group(1) + b"}"
-        pos = m.end()
+    for at, text in sorted(set(inserts)):
+        out += source[pos:at] + text
+        pos = at
+        if masks:
+            masks[:] = [(m + len(text) if m >= at else m, t) for m, t in masks]
     out += source[pos:]
     return bytes(out)
+
+
+def _glued_lines(source: bytes, root: Node) -> list[tuple[int, bytes]]:
+    """Where tree-sitter continued a simple command over a newline (it does, rarely, after a
+    pipeline: `a | b | true` NEWLINE `echo x >> f` became one command). In bash a newline
+    ends a command: a `;` before it makes tree-sitter see that too (same lines)."""
+    out: list[tuple[int, bytes]] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.start_point[0] == node.end_point[0]:
+            continue  # on one line: nothing glued below
+        if node.type == "command":
+            kids = node.children
+            for a, b in zip(kids, kids[1:], strict=False):
+                gap = source[a.end_byte:b.start_byte]
+                if b"\n" in gap.replace(b"\\\n", b""):
+                    out.append((a.end_byte, b";"))
+        stack.extend(node.children)
+    return out
 
 
 def _in_arithmetic(node: Node) -> bool:
@@ -162,9 +190,16 @@ def parse(source: bytes, script: str = "script",
         source = _mask_heredocs(source, masks)
     root = _parser().parse(source).root_node
     if root.has_error and b"#$" in source:
-        fixed = _repair_base(source, root)
-        if fixed is not None:
-            root = _parser().parse(fixed).root_node
+        fixes = _repair_base(source, root)
+        if fixes:
+            source = _insert(source, fixes, masks)
+            root = _parser().parse(source).root_node
+    for _ in range(8):
+        fixes = _glued_lines(source, root)
+        if not fixes:
+            break
+        source = _insert(source, fixes, masks)
+        root = _parser().parse(source).root_node
     bad = _first_error(root) if root.has_error else None
     if bad is not None:
         line = bad.start_point[0] + 1

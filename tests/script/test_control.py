@@ -29,7 +29,13 @@ def _inputs(d: Path) -> None:
                           "y=$(grep -c zzz in.txt) || echo \"caught $?\" > c.txt\n"
                           "z=$(grep -c x in.txt)\necho \"z=$z\" > z.txt\n"
                           "w=$(grep zzz in.txt)\necho never > n.txt\n"),
-    ("glued-lines", "export R=nordic\nX=1 Y=2\necho \"$R $X $Y\" > g.txt\n"),
+    ("glued-lines", "export R=nordic\nX=1 Y=2\necho \"$R $X $Y\" > g.txt\n"
+                    "cat g.txt | grep -q nothing | true\necho end >> g.txt\n"),
+    # a command reading a file nothing made runs, and fails, as in bash: what it would have
+    # written does not appear (later globs see that), what its redirection opens does
+    ("missing-input", "cp missing.txt c_1.txt\ncat missing.txt > m.txt\nls c_* m.* > l.txt\n"
+                      "sort missing.txt | wc -l > n.txt\nset -e\ncp in.txt in2.txt\n"
+                      "cp missing.txt c_2.txt\necho never > never.txt\n"),
     # tree-sitter cannot read $(( a * (b - 1) )) in a here-document; <<- strips tabs
     ("heredoc-arith", "n=3 # a comment with <<- in it\ncat <<EOF > r.txt\n"
                       "pairs: $(( n * (n - 1) / 2 )) of $n\nEOF\ncat <<'EOF' >> r.txt\n"

@@ -113,7 +113,9 @@ def test_intermediates_go_to_memory_then_disk_when_full(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("src, msg", [
     ("echo ok\nwhile true; do\n", "job.sh:2: syntax error"),
-    ("ncks -m nothere.nc\n", "job.sh:1: ncks reads 'nothere.nc', which does not exist"),
+    ("echo x > a.txt\nif [ -s a.txt ]; then echo y; fi\n",
+     "job.sh:2: test -s 'a.txt': its size is known only after line 1 runs: not supported; "
+     "run it with bash"),
     ("x=$(python3 -c 'print(1)')\n", "job.sh:1: command substitution runs 'python3'"),
 ])
 def test_cli_bad_input_is_one_error_line(tmp_path: Path, src: str, msg: str) -> None:
