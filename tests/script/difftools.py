@@ -154,9 +154,9 @@ def snapshot(d: Path) -> dict[str, str]:
             if p.is_symlink():
                 out[rel] = f"<symlink to {os.readlink(p)}>"
             elif p.is_dir():
-                out[rel + "/"] = "<directory>"
+                out[rel + "/"] = f"<directory {p.stat().st_mode & 0o777:o}>"
             else:
-                out[rel] = _content(p)
+                out[rel] = f"<mode {p.stat().st_mode & 0o777:o}>\n" + _content(p)
     return out
 
 
