@@ -575,6 +575,9 @@ class BuiltinsMixin(RedirectMixin, CaptureMixin):
 
     def _b_exit(self, args: list[str]) -> int:
         self._check_guard("exit")
+        if not args and self.last_status is None:
+            # the status of the command before, known when it has run: the runner's
+            raise _Exit(None)  # type: ignore[arg-type]
         n = self._int_arg("exit", args, self.last_status or 0)
         if n is None:
             if len(args) > 1:

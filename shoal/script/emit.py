@@ -240,8 +240,13 @@ class EmitMixin:
                     uses.append(FileUse(path, IN, loc))
                 elif r.op in (">>", "&>>", "<>"):
                     uses.append(FileUse(path, INOUT if fs.exists(path) else OUT, loc))
+                elif r.op in (">", "&>") and "C" in self.shell_options:
+                    # set -C: `>` fails on an existing file (keeps it, real name, in order)
+                    uses.append(FileUse(path, NOCLOBBER, loc))
                 else:
                     uses.append(FileUse(path, OUT, loc))
+        if always_ok and any(u.role == NOCLOBBER for u in uses):
+            always_ok = False  # set -C: `> f` fails when f exists
         if compound:
             # `a || b`: either may not run, so a file it writes may keep its old content
             for u in uses:
@@ -251,17 +256,20 @@ class EmitMixin:
         self.steps.append(step)
         return 0 if always_ok else None
 
-    def _env_diff(self) -> dict[str, str]:
+    def _env_diff(self) -> dict[str, str | None]:
         # recomputed only when an exported variable may have changed (set_var/export/unset)
         key = (id(self.vars), self._env_gen)
         if self._env_key == key:
             return self._env_cache
-        env: dict[str, str] = {}
+        env: dict[str, str | None] = {}
         for k in self.exported:
             v = self.vars.get(k)
             if v is not None and self.environ.get(k) != v and k not in ("PWD", "OLDPWD", "_"):
                 env[k] = v
-        self._env_key, self._env_cache = key, env
+        for k in self.environ:  # unset or no longer exported (`export -n`): None
+            if (k not in self.exported or k not in self.vars) and k not in ("PWD", "OLDPWD", "_"):
+                env[k] = None
+        self._env_key, self._env_cache = key, env  # type: ignore[assignment]
         return env
 
     def _shown(self, path: str) -> str:

@@ -448,7 +448,8 @@ class ExpandMixin:
             raise self.error(f"unsupported parameter operator '{op}'", Unsupported)
         self._value_into(result, f, quoted)
 
-    def _operand_into(self, parts: tuple, quoted: bool, f: _Fields) -> None:  # type: ignore[type-arg]
+    def _operand_into(self, parts: tuple, quoted: bool,  # type: ignore[type-arg]
+                      f: _Fields) -> None:
         """The word of ``${v:-word}`` / ``${v:+word}``: inside double quotes all of it is
         quoted; outside, its unquoted literals are split like any expansion's result."""
         ifs = self.vars.get("IFS", _DEFAULT_IFS)

@@ -9,6 +9,7 @@ program becomes a :class:`~shoal.script.model.Step` with the files it reads and 
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import os
 import re
@@ -85,6 +86,7 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         self.set_e = False
         # > 0 while running what `set -e` ignores: conditions, `!`, list items but the last
         self._no_errexit = 0
+        self._body_status: int | None = 0  # status of the last loop body run
         # here-document bodies blanked for tree-sitter: (start byte, original text)
         self._heredoc_masks: list[tuple[int, bytes]] = []
         # shell options in force: `set` letters (e, u, x, f, C, ...) and 'pipefail'
@@ -302,13 +304,16 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         return status
 
     def _loop_body(self, body: Node) -> bool:
-        """Run one iteration; False means `break`."""
+        """Run one iteration; False means `break`. The loop's status is its body's last
+        (``self._body_status``; 0 after `break`/`continue`, None when only known at run time)."""
         try:
-            self.exec_node(body)
+            self._body_status = self.exec_node(body)
         except _Continue as e:
+            self._body_status = 0
             if e.n > 1:
                 raise _Continue(e.n - 1)
         except _Break as e:
+            self._body_status = 0
             if e.n > 1:
                 raise _Break(e.n - 1)
             return False
@@ -323,11 +328,12 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         has_in = any(c.type == "in" for c in node.children)
         words = self.expand_words(values) if has_in else list(self.positional)
         name = _text(var)
+        self._body_status = 0
         for w in words:
             self.set_var(name, w)
             if not self._loop_body(body):
                 break
-        return 0
+        return self._body_status
 
     def _x_c_style_for_statement(self, node: Node) -> int | None:
         body = node.child_by_field_name("body")
@@ -345,11 +351,12 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         init, cond, upd = (parts + [[], [], []])[:3]
         for n in init:
             self.arith(n)
+        self._body_status = 0
         for _ in range(MAX_LOOP):
             if cond and all(self.arith(n) == 0 for n in cond[-1:]):
-                return 0
+                return self._body_status
             if not self._loop_body(body):
-                return 0
+                return self._body_status
             for n in upd:
                 self.arith(n)
         raise self.error("loop does not end after a million iterations", Unsupported)
@@ -360,12 +367,13 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
                  if node.field_name_for_child(i) == "condition"]
         body = node.child_by_field_name("body")
         assert body is not None
+        self._body_status = 0
         for _ in range(MAX_LOOP):
             status = self._condition(conds)
             if (status == 0) == until:
-                return 0
+                return self._body_status
             if not self._loop_body(body):
-                return 0
+                return self._body_status
         raise self.error("loop does not end after a million iterations", Unsupported)
 
     def _x_case_statement(self, node: Node) -> int | None:
@@ -405,16 +413,25 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
     @contextmanager
     def _saved_state(self) -> Iterator[None]:
         saved = (self.vars, self.exported, self.positional, self.cwd, self.functions)
+        # a subshell's options, attributes, traps and directory stack are its own too
+        more = (self.shell_options, self.set_e, self.shopt, self._attrs, self._traps,
+                self._exec_fds, self._dirstack)
         env_valid = self._env_key == (id(self.vars), self._env_gen)
         env_cache = self._env_cache
         self.vars = dict(self.vars)
         self.exported = set(self.exported)
         self.positional = list(self.positional)
         self.functions = dict(self.functions)
+        self.shell_options, self.shopt = set(self.shell_options), set(self.shopt)
+        self._attrs = copy.deepcopy(self._attrs) if self._attrs else {}
+        self._traps, self._exec_fds = dict(self._traps), dict(self._exec_fds)
+        self._dirstack = list(self._dirstack)
         try:
             yield
         finally:
             self.vars, self.exported, self.positional, self.cwd, self.functions = saved
+            (self.shell_options, self.set_e, self.shopt, self._attrs, self._traps,
+             self._exec_fds, self._dirstack) = more
             self._env_gen += 1
             if env_valid:  # the caller's variables are back, unchanged: so is their env
                 self._env_key, self._env_cache = (id(self.vars), self._env_gen), env_cache
@@ -580,6 +597,10 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
             return self._dynamic(_named(node)[0])
         if node.type == "redirected_statement":
             body = node.child_by_field_name("body")
+            if "C" in self.shell_options and any(c.type in (">", "&>") for r in node.children
+                                                 if r.type == "file_redirect"
+                                                 for c in r.children):
+                return True  # set -C: `> f` fails when f exists
             return body is None or self._dynamic(body)
         if node.type == "pipeline":
             return True

@@ -81,7 +81,7 @@ class Step:
     connectors: list[str]                   # between groups
     negated: list[bool]                     # per group: `! pipeline`
     cwd: str
-    env: dict[str, str]                     # exported variables that differ from the start
+    env: dict[str, str | None]              # exported vars changed since start (None: unset)
     uses: list[FileUse] = field(default_factory=list)
     barrier: bool = False                   # unknown program: runs alone
     after: set[int] = field(default_factory=set)  # control dependencies (`a && b`)

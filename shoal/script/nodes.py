@@ -57,7 +57,7 @@ class _Return(Exception):
 
 
 class _Exit(Exception):
-    def __init__(self, status: int) -> None:
+    def __init__(self, status: int | None) -> None:
         self.status = status
 
 

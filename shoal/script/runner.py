@@ -217,7 +217,8 @@ def _chain_script(plan: Plan, cluster: Cluster, lay: _Layout, local_delete: dict
             body = ":"
         else:
             cmd = s.render(subst)
-            env = "".join(f"export {k}={shlex.quote(val)}; " for k, val in sorted(s.env.items()))
+            env = "".join(f"unset {k}; " if val is None else f"export {k}={shlex.quote(val)}; "
+                          for k, val in sorted(s.env.items()))
             opts = "" if shared else prologues[v]
             if "x" in s.options:  # the trace of the command only (bash traces to stderr)
                 opts += "set -x; "

@@ -31,6 +31,18 @@ def _inputs(d: Path) -> None:
                           "w=$(grep zzz in.txt)\necho never > n.txt\n"),
     ("glued-lines", "export R=nordic\nX=1 Y=2\necho \"$R $X $Y\" > g.txt\n"
                     "cat g.txt | grep -q nothing | true\necho end >> g.txt\n"),
+    ("loop-status", "for i in 1 2; do [ $i = 3 ]; done\necho \"for $?\" > s.txt\n"
+                    "while false; do :; done; echo \"while $?\" >> s.txt\n"
+                    "for i in 1 2; do grep -q zzz in.txt; done\n"),
+    ("bare-exit", "grep -q zzz in.txt\nexit\necho never > n.txt\n"),
+    ("subshell-options", "( set -e; false; echo no > no.txt )\nfalse\necho yes > y.txt\n"
+                         "( set -C; echo a > y.txt )\necho b > y.txt\n"),
+    ("unset-exported", "unset HOME\nsh -c 'echo [$HOME]' > h.txt\nexport -n USER\n"
+                       "sh -c 'echo [$USER]' >> h.txt\nexport NEWV=1\n"
+                       "sh -c 'echo [$NEWV]' >> h.txt\n"),
+    ("noclobber", "echo one > a.txt\nset -C\necho two > a.txt\necho three > b.txt\n"
+                  "echo four >| a.txt\ncat a.txt b.txt > c.txt\n"
+                  "echo five > b.txt || echo refused > r.txt\n"),
     # a command reading a file nothing made runs, and fails, as in bash: what it would have
     # written does not appear (later globs see that), what its redirection opens does
     ("missing-input", "cp missing.txt c_1.txt\ncat missing.txt > m.txt\nls c_* m.* > l.txt\n"
