@@ -20,6 +20,7 @@ because it works on source text, before anything else.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from functools import lru_cache
 
 from .errors import Unsupported
@@ -181,6 +182,27 @@ def _skip_dollar(text: str, i: int) -> int:
                 return j + 1
         j += 1
     raise WordError(f"unterminated '${opener}'")
+
+
+def _unquoted(text: str, i: int = 0) -> Iterator[tuple[int, str]]:
+    """(index, character) of each character of ``text`` from ``i`` that is outside quotes,
+    backslash escapes and ``$(..)``/``${..}``/backquoted parts."""
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            i += 2
+        elif c == "'":
+            i = _skip_squote(text, i + 1)
+        elif c == '"':
+            i = _skip_dquote(text, i + 1)
+        elif c == "$" and i + 1 < n and text[i + 1] in "({":
+            i = _skip_dollar(text, i)
+        elif c == "`":
+            i = _skip_backquote(text, i + 1)
+        else:
+            yield i, c
+            i += 1
 
 
 # ---------------------------------------------------------------- the lexer
@@ -393,24 +415,9 @@ def _braced_param(body: str, quoted: bool) -> Part:
 
 def split_pattern_replacement(arg: str) -> tuple[str, str]:
     """``pat/rep`` of ``${v/pat/rep}``: split at the first unquoted, unescaped ``/``."""
-    i, n = 0, len(arg)
-    while i < n:
-        c = arg[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "'":
-            i = _skip_squote(arg, i + 1)
-            continue
-        if c == '"':
-            i = _skip_dquote(arg, i + 1)
-            continue
-        if c == "$" and i + 1 < n and arg[i + 1] in "({":
-            i = _skip_dollar(arg, i)
-            continue
+    for i, c in _unquoted(arg):
         if c == "/":
             return arg[:i], arg[i + 1:]
-        i += 1
     return arg, ""
 
 
@@ -426,24 +433,7 @@ def has_braces(text: str) -> bool:
 def brace_expand(text: str) -> tuple[str, ...]:
     """Bash brace expansion of one word's source text (``a{b,c}d``, ``x{1..3}``), done before
     every other expansion; quoted braces and ``${`` are left alone."""
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "'":
-            i = _skip_squote(text, i + 1)
-            continue
-        if c == '"':
-            i = _skip_dquote(text, i + 1)
-            continue
-        if c == "$" and i + 1 < n and text[i + 1] in "({":
-            i = _skip_dollar(text, i)
-            continue
-        if c == "`":
-            i = _skip_backquote(text, i + 1)
-            continue
+    for i, c in _unquoted(text):
         if c == "{":
             found = _brace_at(text, i)
             if found is not None:
@@ -454,7 +444,6 @@ def brace_expand(text: str) -> tuple[str, ...]:
                     for tail in tails:
                         out.extend(brace_expand(pre + alt + tail))
                 return tuple(out)
-        i += 1
     return (text,)
 
 
@@ -462,33 +451,19 @@ def _brace_at(text: str, i: int) -> tuple[str, list[str], str] | None:
     """The brace expression opening at i, as (prefix, alternatives, suffix); None if it is
     not one (then the brace is literal)."""
     depth = 0
-    j = i
-    n = len(text)
+    j = len(text)
     commas: list[int] = []
-    while j < n:
-        c = text[j]
-        if c == "\\":
-            j += 2
-            continue
-        if c == "'":
-            j = _skip_squote(text, j + 1)
-            continue
-        if c == '"':
-            j = _skip_dquote(text, j + 1)
-            continue
-        if c == "$" and j + 1 < n and text[j + 1] in "({":
-            j = _skip_dollar(text, j)
-            continue
+    for k, c in _unquoted(text, i):
         if c == "{":
             depth += 1
         elif c == "}":
             depth -= 1
             if depth == 0:
+                j = k
                 break
         elif c == "," and depth == 1:
-            commas.append(j)
-        j += 1
-    if j >= n:
+            commas.append(k)
+    if j >= len(text):
         return None
     pre, body, post = text[:i], text[i + 1:j], text[j + 1:]
     if commas:
