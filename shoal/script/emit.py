@@ -286,6 +286,7 @@ class EmitMixin:
         nowhere: list[FileUse] = []  # writes into a directory that does not exist
         ins: list[str] = []
         failing = False  # reads a file that does not exist
+        missing: list[str] = []
         for d in step.mkdirs:  # first: cp -r / mv of a tree write below what they make
             if strict and not d.startswith(self.workdir):
                 raise self.error(f"creates '{d}', outside the working tree (--strict)")
@@ -334,6 +335,7 @@ class EmitMixin:
                         # would have written do not appear (what a redirection opens does)
                         u.loc = None
                         failing = True
+                        missing.append(path)
                         self.result.warnings.append(
                             f"{self.script}:{self.line}: warning: "
                             f"{step.programs[0] if step.programs else 'command'} reads "
@@ -356,11 +358,21 @@ class EmitMixin:
                     u.path == self.workdir or u.path.startswith(self.workdir + os.sep)):
                 raise self.error(f"writes '{u.path}', outside the working tree {self.workdir} "
                                  "(--strict)")
-        if failing:
-            for u in step.uses:
-                if u.role == OUT and (u.loc is None or u.loc[1] == "a") and u not in nowhere:
-                    u.loc = None
-                    nowhere.append(u)
+        if failing or nowhere:
+            # bash runs it and it fails: the program writes and removes nothing (cp, mv,
+            # NCO check their inputs and targets first), only what a redirection opens
+            # appears; when some of its inputs exist it may do part of its work: refused
+            if failing and any(u.role == IN and u.loc is not None and u.path not in missing
+                               for u in step.uses) and any(
+                    u.role in (OUT, DEL) and (u.loc is None or u.loc[1] == "a")
+                    for u in step.uses):
+                raise self.error(f"{step.programs[0] if step.programs else 'command'} reads "
+                                 f"'{self._shown(missing[0])}', which does not exist at this "
+                                 "point of the script, besides files that do (it may do part "
+                                 "of its work)", Unsupported)
+            step.uses = [u for u in step.uses if not (
+                u.role in (OUT, DEL, RMTREE, TREE) and (u.loc is None or u.loc[1] == "a")
+                and u not in nowhere)]
         if vias:
             step.uses.extend(vias)
         if ins:

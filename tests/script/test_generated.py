@@ -273,8 +273,6 @@ def data_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("gen-datasets")
 
 
-@pytest.mark.xfail(strict=False, reason="failed commands lose files today (KNOWN_FAILURES: "
-                   "failed-command-loses-file); make strict again once fixed")
 def test_generated_scripts_match_bash_or_are_refused(data_cache: Path) -> None:
     outcome: Counter[str] = Counter()
 
