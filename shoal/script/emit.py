@@ -287,6 +287,7 @@ class EmitMixin:
         ins: list[str] = []
         failing = False  # reads a file that does not exist
         missing: list[str] = []
+        failing_stages: set[int] = set()  # in `a || b`: stages reading a missing file
         for d in step.mkdirs:  # first: cp -r / mv of a tree write below what they make
             if strict and not d.startswith(self.workdir):
                 raise self.error(f"creates '{d}', outside the working tree (--strict)")
@@ -329,6 +330,9 @@ class EmitMixin:
                         u.loc = None  # maybe made by an unknown program: its real name
                     elif role == INOUT:
                         role = u.role = OUT  # appending to an absent file creates it
+                    elif compound and u.loc is not None:
+                        failing_stages.add(u.loc[0])  # that part of `a || b` fails
+                        u.loc = None
                     elif not compound:
                         # bash runs it and it fails: so does this, reading the real name
                         # (ordered with every later write of it), and the files the program
@@ -373,6 +377,18 @@ class EmitMixin:
             step.uses = [u for u in step.uses if not (
                 u.role in (OUT, DEL, RMTREE, TREE) and (u.loc is None or u.loc[1] == "a")
                 and u not in nowhere)]
+        if failing_stages:
+            # a pipeline of `a || b` that reads a missing file fails: it writes nothing, and
+            # what runs after it follows `||` (after `&&` what runs would depend on it)
+            for g, group in enumerate(step.groups):
+                if failing_stages & set(group):
+                    if g < len(step.connectors) and step.connectors[g] == "&&":
+                        raise self.error("a command reading a file that does not exist, "
+                                         "before '&&'", Unsupported)
+                    gone = set(group)
+                    step.uses = [u for u in step.uses if not (
+                        u.role in (OUT, DEL, RMTREE, TREE) and u.loc is not None
+                        and u.loc[0] in gone and u.loc[1] == "a")]
         if vias:
             step.uses.extend(vias)
         if ins:
