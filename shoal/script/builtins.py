@@ -33,7 +33,7 @@ SET_O_LETTERS = {"errexit": "e", "nounset": "u", "xtrace": "x", "verbose": "v", 
 SET_O_ONLY = frozenset({"pipefail"})
 # `shopt -s/-u` names whose meaning is modelled: the glob options (expand.py's _glob_field
 # honours them) and ones that change nothing a script without aliases or a terminal does
-SHOPT_MODELLED = frozenset({"nullglob", "failglob", "expand_aliases", "checkwinsize",
+SHOPT_MODELLED = frozenset({"nullglob", "failglob", "dotglob", "expand_aliases", "checkwinsize",
                             "histappend", "progcomp", "promptvars", "sourcepath",
                             "interactive_comments", "cmdhist", "complete_fullquote",
                             "extquote", "force_fignore", "hostcomplete"})

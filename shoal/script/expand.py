@@ -312,7 +312,7 @@ class ExpandMixin:
                 return [t]
         if any(not q and has_glob(t) for t, q in fl):
             pattern = "".join(_escape_glob(t) if q else t for t, q in fl)
-            matches = self.fs.glob(pattern, self.cwd)
+            matches = self.fs.glob(pattern, self.cwd, "dotglob" in self.shopt)
             if matches:
                 return matches
             if "nullglob" in self.shopt:

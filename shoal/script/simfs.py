@@ -277,11 +277,12 @@ class SimFS:
         self.written.pop(path, None)
         return removed
 
-    def glob(self, pattern: str, cwd: str) -> list[str]:
+    def glob(self, pattern: str, cwd: str, dotglob: bool = False) -> list[str]:
         """Expand a glob pattern (relative to ``cwd`` unless absolute) like bash does.
 
         Returns the matches spelled as the pattern spells them (relative stays relative),
-        sorted; an empty list when nothing matches. ``*`` does not match a leading dot.
+        sorted; an empty list when nothing matches. ``*`` does not match a leading dot
+        unless ``dotglob`` (``shopt -s dotglob``; ``.`` and ``..`` are never listed).
         """
         absolute = pattern.startswith("/")
         parts = [p for p in pattern.split("/") if p != ""]
@@ -296,7 +297,7 @@ class SimFS:
                         nxt.append((cand, shown + part + ("" if last else "/")))
                     continue
                 match = _compile_glob(part).match
-                hidden = part.startswith(".")
+                hidden = dotglob or part.startswith(".")
                 listing = self._listing(os.path.normpath(real)) or {}
                 if last:
                     lit = _literal_prefix(part)  # cheap test first: big directories

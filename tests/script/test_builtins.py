@@ -316,7 +316,6 @@ REFUSALS = {
     "read_written_file": ("echo a > f.txt\nread x < f.txt\n", None),
     "read_timeout": ("read -t 1 x <<< a\n", None),
     "extglob": ("shopt -s extglob\n", None),
-    "dotglob": ("shopt -s dotglob\n", None),
     "exec_fd3": ("exec 3> f.txt\n", None),
     "exec_program": ("exec ls\n", None),
     "set_prints": ("set\n", None),
