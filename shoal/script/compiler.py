@@ -49,6 +49,7 @@ class Plan:
     last_status: int | None = 0
     shell: str = "/bin/bash"      # the script's interpreter: chains run under it
     staging: Staging = field(default_factory=Staging)
+    observed: dict[str, int] = field(default_factory=dict)  # see interp Result.observed
 
     @property
     def steps(self) -> list[Step]:
@@ -104,7 +105,7 @@ def _compile(source: bytes, script: str, args: list[str] | None, opts: CompileOp
     return Plan(script, dag, clusters, result.unknown, result.warnings, result.exit_status,
                 {"setup": t1 - t0, "interpret": t2 - t1, "dag": t3 - t2, "cluster": t4 - t3,
                  "total": t4 - t0}, last_status=interp.last_status,
-                shell=interpreter(source), staging=staging)
+                shell=interpreter(source), staging=staging, observed=result.observed)
 
 
 def interpreter(source: bytes) -> str:

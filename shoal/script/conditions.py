@@ -140,6 +140,8 @@ class TestMixin:
             return arg in self.vars
         path = os.path.normpath(os.path.join(self.cwd, arg)) if arg else ""
         kind = self.fs.kind(path) if path else None
+        if path:
+            self.result.observed.setdefault(path, self.line)
         if op in ("-e", "-a"):
             return kind is not None
         if op == "-f":

@@ -314,6 +314,9 @@ class ExpandMixin:
             pattern = "".join(_escape_glob(t) if q else t for t, q in fl)
             matches = self.fs.glob(pattern, self.cwd, "dotglob" in self.shopt)
             if matches:
+                seen = self.result.observed
+                for m in matches:
+                    seen.setdefault(os.path.normpath(os.path.join(self.cwd, m)), self.line)
                 return matches
             if "nullglob" in self.shopt:
                 return []

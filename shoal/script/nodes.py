@@ -70,6 +70,9 @@ class Result:
     warnings: list[str] = field(default_factory=list)
     exit_status: int | None = None  # set when the script calls `exit` statically
     fs: SimFS | None = None
+    # files a compile-time decision looked at (a glob matched it, a test asked about it), with
+    # the first line that did: if the command that makes it fails, that decision was wrong
+    observed: dict[str, int] = field(default_factory=dict)
 
 
 def _line(node: Node) -> int:

@@ -44,7 +44,7 @@ from typing import IO, Any
 
 from .cluster import Cluster
 from .compiler import Plan
-from .model import option_prologue
+from .model import DEL, INOUT, OUT, option_prologue
 from .staging import materialize, unpin
 
 SKIPPED = "skip"
@@ -694,6 +694,18 @@ def failure_report(plan: Plan, report: RunReport, workdir: str) -> list[str]:
         stop = " (set -e: the script stops here)" if v == report.stopped_at else ""
         lines.append(f"{plan.script}:{s.line}: command failed with exit status "
                      f"{report.status[v]}{stop}: {s.describe()}")
+        if report.stopped_at is None:
+            # a glob or test on a later line was decided as if this command had succeeded
+            for u in s.uses:
+                seen = plan.observed.get(u.path)
+                # (a redirection's file is made by the shell, whatever the program does)
+                if seen is not None and seen > s.line and u.role in (OUT, INOUT, DEL) and (
+                        u.loc is None or u.loc[1] != "r"):
+                    lines.append(
+                        f"{plan.script}:{seen}: warning: compiled as if line {s.line} had "
+                        f"made or removed '{os.path.relpath(u.path, workdir)}' (a glob or "
+                        "test saw it): what follows may differ from bash; run it with bash")
+                    break
     if report.stopped_at is not None:
         later = len(plan.steps) - report.stopped_at - 1
         if later:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from script_helpers import compare
+from script_helpers import compare, run_shoal
 
 
 def _inputs(d: Path) -> None:
@@ -57,3 +57,19 @@ def _inputs(d: Path) -> None:
 def test_static_status_and_set_e_as_bash(tmp_path: Path, name: str, source: str) -> None:
     rb, rs = compare(tmp_path, source, _inputs)
     assert rs.stdout == rb.stdout
+
+
+def test_a_failure_that_a_compile_time_decision_assumed_away_is_reported(tmp_path: Path
+                                                                        ) -> None:
+    # cp fails at run time for a reason the compiler cannot see; the glob on line 3 was
+    # expanded as if out_1.txt existed: bash prints the pattern, shoal the name. That
+    # difference must not be silent.
+    (tmp_path / "job.sh").write_text("printf 'a\\n' > in1.txt\ncp --bad-option in1.txt "
+                                     "out_1.txt\nfor f in out_*.txt; do echo \"$f\"; done\n")
+    r = run_shoal(tmp_path, "job.sh")
+    assert "job.sh:3: warning: compiled as if line 2 had made or removed 'out_1.txt'" in r.stderr
+    assert "run it with bash" in r.stderr
+    # and a redirection's file, which the shell makes whatever the program does, is not
+    (tmp_path / "job.sh").write_text("printf 'a\\n' > in1.txt\nsort --bad in1.txt > o_1.txt\n"
+                                     "for f in o_*.txt; do echo \"$f\"; done\n")
+    assert "warning: compiled as if" not in run_shoal(tmp_path, "job.sh").stderr
