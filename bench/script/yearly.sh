@@ -1,6 +1,6 @@
 #!/bin/bash
 # Year-by-year anomalies over every model in the current directory (sresalb_<model>.nc), written
-# as a plain serial script: about 53 commands a model (1,000+ for 19 models). Per model: the
+# as a plain serial script: about 54 commands a model (1,029 for 19 models). Per model: the
 # monthly climatology; per year: extract the year, its mean field, its anomaly against the
 # climatology, the anomaly's global mean, tagged with the year in place; then the global-mean
 # time series and its trend-free anomalies. Intermediates are removed as a scientist would.
