@@ -10,6 +10,11 @@ from .nodes import ALWAYS_OK, _key, _named, _text
 from .parser import Node
 from .simfs import NOCLOBBER, PRESENT, RMTREE, SYMLINK, TREE, VIA
 
+# programs that go on with their other files after one is missing (cp a missing dir/ copies
+# a); the rest (NCO, text tools writing one output) fail before writing anything
+_PER_FILE = frozenset({"cp", "mv", "ln", "gzip", "gunzip", "bzip2", "bunzip2", "xz", "unxz",
+                       "install", "rsync", "chmod", "touch"})
+
 
 class EmitMixin:
     """Emitting steps, as the interpreter's mixin."""
@@ -366,8 +371,8 @@ class EmitMixin:
             # bash runs it and it fails: the program writes and removes nothing (cp, mv,
             # NCO check their inputs and targets first), only what a redirection opens
             # appears; when some of its inputs exist it may do part of its work: refused
-            if failing and any(u.role == IN and u.loc is not None and u.path not in missing
-                               for u in step.uses) and any(
+            if failing and set(step.programs) & _PER_FILE and any(
+                    u.role == IN and u.path not in missing for u in step.uses) and any(
                     u.role in (OUT, DEL) and (u.loc is None or u.loc[1] == "a")
                     for u in step.uses):
                 raise self.error(f"{step.programs[0] if step.programs else 'command'} reads "

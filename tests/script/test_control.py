@@ -73,3 +73,16 @@ def test_a_failure_that_a_compile_time_decision_assumed_away_is_reported(tmp_pat
     (tmp_path / "job.sh").write_text("printf 'a\\n' > in1.txt\nsort --bad in1.txt > o_1.txt\n"
                                      "for f in o_*.txt; do echo \"$f\"; done\n")
     assert "warning: compiled as if" not in run_shoal(tmp_path, "job.sh").stderr
+
+
+def test_a_copy_of_present_and_missing_files_is_refused(tmp_path: Path) -> None:
+    # cp copies what exists and fails on the rest: its effect is known only when it runs
+    (tmp_path / "a.txt").write_text("a\n")
+    (tmp_path / "job.sh").write_text("mkdir -p d\ncp a.txt missing.txt d/\nls d > l.txt\n")
+    r = run_shoal(tmp_path, "job.sh")
+    assert r.returncode == 2
+    assert r.stderr.strip() == (
+        "shoal script: error: job.sh:2: cp reads 'missing.txt', which does not exist at this "
+        "point of the script, besides files that do (it may do part of its work): not "
+        "supported; run it with bash")
+    assert not (tmp_path / "d").exists()
