@@ -249,6 +249,9 @@ def refusal_problems(name: str, d: Path, before: dict[str, str],
         out.append(f"exit status {rs.returncode}, not 2")
     if len(lines) != 1 or not re.search(rf"{re.escape(name)}:\d+:", lines[0]):
         out.append(f"not one line naming {name}:LINE: {rs.stderr!r}")
+    elif not (lines[0].endswith("not supported; run it with bash")
+              or re.search(rf"{re.escape(name)}:\d+: syntax error", lines[0])):
+        out.append(f"the refusal does not end with 'not supported; run it with bash': {lines[0]}")
     after = snapshot(d)
     if after != before:
         out.append(f"a refused script changed files: {sorted(set(after) ^ set(before))}")
@@ -258,10 +261,10 @@ def refusal_problems(name: str, d: Path, before: dict[str, str],
 
 
 def run_pair(tmp: Path, name: str, source: str, cache: Path,
-             extra: tuple[str, ...] = ()) -> list[str]:
+             extra: tuple[str, ...] = (), refused: bool = False) -> list[str]:
     """Run ``source`` (saved as ``name``) under bash and shoal in fresh identical directories
     made per its directives; return the differences (empty: identical, or refused as
-    expected)."""
+    expected; ``refused``: the script must be refused, whatever its directives say)."""
     dv = directives(source)
     # same base name for both, so `basename $PWD` agrees; full paths are normalised in output
     a, b = tmp / "bash" / "work", tmp / "shoal" / "work"
@@ -269,7 +272,7 @@ def run_pair(tmp: Path, name: str, source: str, cache: Path,
         d.mkdir(parents=True)
         populate(dv.data, d, cache)
         (d / name).write_text(source)
-    if dv.expect == "refused":
+    if dv.expect == "refused" or refused:
         before = snapshot(b)
         rs = run_shoal(b, name, dv.args, extra)
         return refusal_problems(name, b, before, rs)
