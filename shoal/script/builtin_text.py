@@ -11,53 +11,12 @@ import re
 from functools import lru_cache
 
 from .errors import ScriptError
-
-_HEX4 = re.compile(r"[0-9a-fA-F]{1,4}")
-_HEX8 = re.compile(r"[0-9a-fA-F]{1,8}")
-_SIMPLE_ESC = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r",
-               "t": "\t", "v": "\v", "\\": "\\"}
+from .words import backslash_escapes
 
 
 def echo_escapes(text: str) -> tuple[str, bool]:
     """``echo -e`` escapes: (text, stopped); ``\\c`` stops all further output."""
-    if "\\" not in text:
-        return text, False
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c != "\\" or i + 1 >= n:
-            out.append(c)
-            i += 1
-            continue
-        e = text[i + 1]
-        i += 2
-        if e in _SIMPLE_ESC:
-            out.append(_SIMPLE_ESC[e])
-        elif e == "c":
-            return "".join(out), True
-        elif e == "0":  # \0nnn: up to three octal digits after the 0
-            m = re.match(r"[0-7]{0,3}", text[i:])
-            digits = m.group(0) if m else ""
-            out.append(chr(int(digits or "0", 8) & 0xFF))
-            i += len(digits)
-        elif e in "x":
-            m = re.match(r"[0-9a-fA-F]{1,2}", text[i:])
-            if not m:
-                out.append("\\x")
-                continue
-            out.append(chr(int(m.group(0), 16)))
-            i += m.end()
-        elif e in "uU":
-            m = (_HEX4 if e == "u" else _HEX8).match(text, i)
-            if not m:
-                out.append("\\" + e)
-                continue
-            out.append(chr(int(m.group(0), 16)))
-            i = m.end()
-        else:
-            out.append("\\" + e)
-    return "".join(out), False
+    return backslash_escapes(text, echo=True)
 
 
 def echo_output(args: list[str]) -> str:

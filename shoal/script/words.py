@@ -52,6 +52,16 @@ def is_plain(text: str) -> bool:
 
 def ansi_c(text: str) -> str:
     """The value of a ``$'...'`` string's contents, as bash decodes it."""
+    return backslash_escapes(text)[0]
+
+
+def backslash_escapes(text: str, echo: bool = False) -> tuple[str, bool]:
+    """Decode backslash escapes as bash does in ``$'...'`` or, with ``echo``, in ``echo -e``:
+    (text, stopped), where ``\\c`` stops echo's output. They differ in octal (``\\nnn`` vs
+    ``\\0nnn``), ``\\c`` (a control character vs a stop) and ``\\'`` ``\\"`` ``\\?``."""
+    if "\\" not in text:
+        return text, False
+    simple = _ECHO if echo else _ANSI
     out: list[str] = []
     i, n = 0, len(text)
     while i < n:
@@ -61,31 +71,31 @@ def ansi_c(text: str) -> str:
             i += 1
             continue
         d = text[i + 1]
-        if d in _ANSI:
-            out.append(_ANSI[d])
+        if d in simple:
+            out.append(simple[d])
             i += 2
-        elif d in "01234567":
-            m = re.match(r"[0-7]{1,3}", text[i + 1:])
-            assert m is not None
-            out.append(chr(int(m.group(), 8) & 0xFF))
-            i += 1 + m.end()
-        elif d == "x" and re.match(r"[0-9A-Fa-f]", text[i + 2:i + 3]):
-            m = re.match(r"[0-9A-Fa-f]{1,2}", text[i + 2:])
-            assert m is not None
+        elif (m := (_ECHO_OCTAL if echo else _OCTAL).match(text, i + 1)):
+            out.append(chr(int(m.group(1) or "0", 8) & 0xFF))
+            i = m.end()
+        elif d in "xuU" and (m := _HEX[d].match(text, i + 2)):
             out.append(chr(int(m.group(), 16)))
-            i += 2 + m.end()
-        elif d in "uU" and re.match(r"[0-9A-Fa-f]", text[i + 2:i + 3]):
-            m = re.match(r"[0-9A-Fa-f]{1,%s}" % ("4" if d == "u" else "8"), text[i + 2:])
-            assert m is not None
-            out.append(chr(int(m.group(), 16)))
-            i += 2 + m.end()
+            i = m.end()
+        elif d == "c" and echo:
+            return "".join(out), True
         elif d == "c" and i + 2 < n:
             out.append(chr(ord(text[i + 2]) & 0x1F))
             i += 3
         else:
             out.append(c + d)
             i += 2
-    return "".join(out)
+    return "".join(out), False
+
+
+_ECHO = {k: v for k, v in _ANSI.items() if k not in "'\"?"}
+_OCTAL = re.compile(r"([0-7]{1,3})")        # $'\nnn'
+_ECHO_OCTAL = re.compile(r"0([0-7]{0,3})")  # echo -e '\0nnn'
+_HEX = {"x": re.compile(r"[0-9A-Fa-f]{1,2}"), "u": re.compile(r"[0-9A-Fa-f]{1,4}"),
+        "U": re.compile(r"[0-9A-Fa-f]{1,8}")}
 
 
 # ---------------------------------------------------------------- scanning helpers
