@@ -208,14 +208,19 @@ class SimFS:
             listing = self._listing(parent)
         return path, name, listing
 
-    def add_file(self, path: str, line: int = 0) -> None:
-        """Record that the script creates or rewrites the file ``path`` (at script line ``line``)."""
+    def _made_holder(self, path: str) -> tuple[str, str, dict[str, str]]:
+        """:meth:`_holder`, making the parent directory when it is not there."""
         path, name, listing = self._holder(path)
         if listing is None:
             parent = path.rpartition("/")[0] or "/"
             self.mkdir(parent)
             listing = self._listing(parent)
             assert listing is not None
+        return path, name, listing
+
+    def add_file(self, path: str, line: int = 0) -> None:
+        """Record that the script creates or rewrites the file ``path`` (at script line ``line``)."""
+        path, name, listing = self._made_holder(path)
         k = listing.get(name)
         if k is not None and k[0] == LINK:  # written through the link: the target changes
             real = self.resolve(path)
@@ -227,12 +232,7 @@ class SimFS:
 
     def add_link(self, path: str, target: str) -> None:
         """Record a symbolic link ``path`` -> ``target`` (the text ``ln -s`` was given)."""
-        path, name, listing = self._holder(path)
-        if listing is None:
-            parent = path.rpartition("/")[0] or "/"
-            self.mkdir(parent)
-            listing = self._listing(parent)
-            assert listing is not None
+        path, name, listing = self._made_holder(path)
         if name in listing:
             self._forget_aliases()
         listing[name] = LINK + target
