@@ -179,7 +179,7 @@ class CaptureMixin:
                 raise self.error(f"redirection of '{node.type.replace('_', ' ')}' inside a "
                                  "command substitution", Unsupported)
             return self.exec_node(node)
-        has_name, _assigns, inner, words, _before = self._parts(node)
+        has_name, _assigns, inner, words = self._parts(node)
         redirects.extend(inner)
         discard, merge, err_null, new_stdin = self._stage_io(redirects)
         if new_stdin is not None:

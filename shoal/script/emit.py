@@ -96,9 +96,7 @@ class EmitMixin:
             raise self.error(f"'{cmd.type.replace('_', ' ')}' in a pipeline is not supported",
                              Unsupported)
         assigns: dict[str, str] = {}
-        _has_name, assign_parts, inner_redirects, words, before = self._parts(cmd)
-        for name, append, value in before:  # lines tree-sitter glued to this command
-            self._assign(name, append, value)
+        _has_name, assign_parts, inner_redirects, words = self._parts(cmd)
         st = Stage([], [], assigns)
         for a in assign_parts:
             self._stage_assign(a, st)

@@ -54,10 +54,8 @@ _ERREXIT_INNER = frozenset({"list", "negated_command", "if_statement", "while_st
 
 # NAME= or NAME+= at the start of a word before the command name: an assignment
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
-# what _parts returns: has a command name, assignments, redirections, word texts, and the
-# assignments of lines before it that tree-sitter glued to it
-CommandParts = tuple[bool, list[tuple[str, bool, str]], list[tuple[Node, str]], list[str],
-                     list[tuple[str, bool, str]]]
+# what _parts returns: has a command name, assignments, redirections, word texts
+CommandParts = tuple[bool, list[tuple[str, bool, str]], list[tuple[Node, str]], list[str]]
 
 
 class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
@@ -629,20 +627,9 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         items: list[list] = []  # type: ignore[type-arg]  # [kind, text, end byte, node]
         src = node.text or b""
         base = node.start_byte
-        before: list[tuple[str, bool, str]] = []
-        last = base
-        for c in node.children:
+        for c in node.children:  # (the parser split commands glued over a newline)
             t = c.type
             start, end = c.start_byte, c.end_byte
-            if b"\n" in src[last - base:start - base].replace(b"\\\n", b""):
-                # tree-sitter may glue `X=1 Y=2` to the command on the next line: in bash a
-                # newline ends a command, so those assignments are a command of their own
-                if any(it[0] != "assign" for it in items):
-                    raise self.error("a command that tree-sitter reads across lines",
-                                     Unsupported)
-                before.extend(self._split_assign(it[1]) for it in items)
-                items = []
-            last = end
             if t in _WORDLIKE or t == "command_name" or t == "$":
                 text = src[start - base:end - base].decode(errors="surrogateescape")
                 if items and items[-1][2] == start:
@@ -669,7 +656,7 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
                 assigns.append(self._split_assign(text))
             else:
                 words.append(text)
-        parts = (bool(words), assigns, redirects, words, before)
+        parts = (bool(words), assigns, redirects, words)
         self._parts_cache[node.id] = (node, parts)
         return parts
 
@@ -709,9 +696,7 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
         return kids
 
     def _x_command(self, node: Node) -> int | None:
-        has_name, assigns, _r, words, before = self._parts(node)
-        for name, append, value in before:  # lines tree-sitter glued to this command
-            self._assign(name, append, value)
+        has_name, assigns, _r, words = self._parts(node)
         self.subst_status = 0
         if not has_name:
             for name, append, value in assigns:
