@@ -7,7 +7,7 @@ is dropped and logged by the receiver before anything in it is decoded, so pickl
 payloads are only ever unpickled from authenticated peers.
 
 Task tuples (positions, to keep envelopes small and fast):
-    TASK = [tid, kind, fid, payload, deps, cores, hint]
+    TASK = [tid, kind, fid, payload, deps, cores, hint, place, opts, attempt, owner]
       tid      int   unique per run: (origin << 32) | sequence
       kind     int   PY (one call), CHUNK (a map chunk), CMD (a command)
       fid      int   function id (PY/CHUNK) - functions travel once per peer, see FUNCS
@@ -15,10 +15,42 @@ Task tuples (positions, to keep envelopes small and fast):
       deps     list  tids that must succeed first ([] for none)
       cores    int   cores the task occupies
       hint     int   static schedule: slot index the task is pinned to (-1: any)
-      place    [agent, hard]  optional 8th field: run on that agent (hard) or prefer it
-    RESULT = [tid, status, payload, extra]
-      status   OK, ERR (payload: pickled exception + traceback), CANCELLED, DEPFAIL
-      extra    set by the head: the number of the agent that ran the task (see AGENTS)
+      place    None | [agent, hard]: run on that agent (hard) or prefer it
+      opts     None | dict, every key optional (absent: the default):
+                 "retries"  int    extra attempts after a failed one (see RETRY rules below)
+                 "retry_on" [str]  only exceptions of these classes ("module.QualName",
+                                   matched against the raised class's MRO) are retried
+                 "timeout"  float  seconds one attempt may run before it is killed
+                 "key"      str    journal identity of the task (see head.journal)
+      attempt  int   set by the head when it dispatches: 1, 2, ... (absent before)
+      owner    int   set by the head when it dispatches: number of the client the task
+                     (or the root of its tree) belongs to; an agent stamps it on the
+                     sub-tasks its workers submit, so a tree keeps its client
+    Submitters may send a shorter list (fields from ``place`` on may be left out); the
+    head pads it to the full length.
+
+    RESULT (worker -> agent -> head) = [tid, status, payload, attempt, info]
+      status   OK, ERR (payload: pickled exception + traceback), CANCELLED, DEPFAIL,
+               LOST (the process running it died), TIMEOUT (killed at its time limit)
+      attempt  the attempt number of the dispatched spec it ran (the agent sets it)
+      info     None, or for a failure {"why": one line, "types": ["module.QualName", ...]}
+               (the raised exception's MRO, for "retry_on"; the head never unpickles)
+    RESULT (head -> client) = [tid, status, payload, agent, attempts]
+      agent    the number of the agent that ran the final attempt (see AGENTS), or 0
+      attempts None, or one line per failed attempt ("attempt 1 on agent-x: ...") when
+               a task was retried or its final outcome came after lost attempts
+
+Liveness (see docs/failures.md): every peer sends HEARTBEAT when it sent nothing else
+for ``heartbeat_s``; a peer silent for ``timeout_s`` is lost. WELCOME tells both values.
+The head answers any message from an agent it declared lost (or never welcomed) with
+EVICTED once; the agent then drops every task it holds (kills what runs) and sends
+HELLO again, as a new agent. Results are taken only from the agent that holds the
+task's current attempt, with that attempt number: nothing stale reaches a caller.
+
+Retry rules (head): a failed attempt (ERR, LOST, TIMEOUT) is run again while attempts
+<= retries (with backoff); ERR only when "retry_on" is absent or matches. LOST attempts
+are also retried while the task's crash count (LOST in a row) is below the crash limit
+(default 3), even with retries = 0.
 """
 
 from __future__ import annotations
@@ -45,6 +77,11 @@ SHUTDOWN = 9       # head -> agents, agent -> workers: stop now
 HEARTBEAT = 10     # liveness both ways: [HEARTBEAT]
 STATS = 11         # client -> head: [STATS] / head -> client: [STATS, info]
 AGENTS = 12        # client -> head: [AGENTS, req] / head -> client: [AGENTS, req, [info...]]
+EVICTED = 13       # head -> agent: [EVICTED, reason] you were declared lost: drop all, HELLO again
+RETURN = 14        # agent -> head: [RETURN, tids] handed back unstarted (draining): requeue,
+                   #   the attempt does not count
+DRAIN = 15         # agent -> head: [DRAIN, reason] leaving: send nothing more (then RETURN,
+                   #   RESULTS of what still runs, BYE)
 
 # ---- task kinds and result statuses ---------------------------------------------
 PY = 0
@@ -56,6 +93,12 @@ ERR = 1
 CANCELLED = 2
 DEPFAIL = 3
 LOST = 4           # the worker running it died (os._exit, segfault, killed)
+TIMEOUT = 5        # killed at its time limit
+
+# positions in TASK and RESULT tuples
+T_ID, T_KIND, T_FID, T_PAYLOAD, T_DEPS, T_CORES, T_HINT, T_PLACE, T_OPTS, T_ATTEMPT, T_OWNER = range(11)
+TASK_LEN = 11
+R_ID, R_STATUS, R_PAYLOAD, R_ATTEMPT, R_INFO = range(5)
 
 _packb = msgpack.Packer(use_bin_type=True).pack
 
