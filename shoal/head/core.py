@@ -84,6 +84,8 @@ class Decisions:
     resolve: dict[bytes, list[list[Any]]] = field(default_factory=dict)
     # agent -> tids to cancel there (best effort: not yet started)
     revoke: dict[bytes, list[int]] = field(default_factory=dict)
+    # (journal key, status, payload) of resolved tasks that carry opts["key"], in order
+    done_keys: list[tuple[str, int, bytes]] = field(default_factory=list)
 
     def send(self, agent: bytes, spec: list[Any]) -> None:
         self.dispatch.setdefault(agent, []).append(spec)
@@ -92,7 +94,7 @@ class Decisions:
         self.resolve.setdefault(owner, []).append(item)
 
     def __bool__(self) -> bool:
-        return bool(self.dispatch or self.resolve or self.revoke)
+        return bool(self.dispatch or self.resolve or self.revoke or self.done_keys)
 
 
 def _err(message: str) -> bytes:
