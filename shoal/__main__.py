@@ -41,8 +41,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers is not None and args.workers < 1:
         print("shoal: -n must be at least 1", file=sys.stderr)
         return 2
-    ex = Executor(args.workers, schedule=args.schedule, prefetch=args.prefetch,
-                  connect=args.connect)
+    from shoal.transport.connfile import ConnectionFileError
+
+    try:
+        ex = Executor(args.workers, schedule=args.schedule, prefetch=args.prefetch,
+                      connect=args.connect)
+    except ConnectionFileError as exc:
+        print(f"python -m shoal: {exc}", file=sys.stderr)
+        return 2
     futures.set_executor(ex)
     sys.argv = [args.program, *args.args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(args.program)))

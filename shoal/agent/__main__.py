@@ -9,7 +9,8 @@ import sys
 
 from shoal._sys import stop_on_signals
 from shoal.agent.agent import Agent
-from shoal.transport.connfile import Connection
+from shoal.transport.connfile import Connection, ConnectionFileError
+from shoal.transport.session import server_key
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,10 +25,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="shoal agent: %(message)s")
-    conn = Connection.read(args.connection)
+    try:
+        conn = Connection.read(args.connection)
+    except ConnectionFileError as exc:
+        print(f"python -m shoal.agent: {exc}", file=sys.stderr)
+        return 2
     agent = Agent(conn.address, conn.key, slots=args.slots, workers=args.workers, name=args.name,
                   owner_pid=args.owner_pid,
-                  sys_path=json.loads(args.sys_path) if args.sys_path else None)
+                  sys_path=json.loads(args.sys_path) if args.sys_path else None,
+                  server_key=server_key(conn))
 
     stop_on_signals(agent)
     agent.run()

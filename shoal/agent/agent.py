@@ -31,6 +31,7 @@ import zmq
 from shoal._sys import alive, set_parent_death_signal
 from shoal.agent import launcher
 from shoal.transport import protocol as P
+from shoal.transport.session import PeerSession, secure_client
 
 log = logging.getLogger("shoal.agent")
 
@@ -82,9 +83,15 @@ class Agent:
         name: str | None = None,
         owner_pid: int | None = None,
         sys_path: list[str] | None = None,
+        server_key: str | None = None,
     ) -> None:
         self.address = address
         self.key = key
+        # The head hop: a session per HELLO (nonces, sequence numbers), CURVE when the run
+        # has a server key. The worker hop keeps the plain run-secret codec: it is an ipc
+        # socket in this agent's private 0700 directory, so only this user reaches it.
+        self.session = PeerSession(key)
+        self.server_key = server_key
         self.codec = P.Codec(key)
         self.slots = slots or os.cpu_count() or 1
         self.nworkers = self.slots if workers is None else min(workers, self.slots)
@@ -438,7 +445,7 @@ class Agent:
 
     # ---- sending -------------------------------------------------------------------------
     def _send_head(self, msg: list[Any]) -> None:
-        self.head.send_multipart(self.codec.encode(msg), copy=False)
+        self.head.send_multipart(self.session.encode(msg), copy=False)
 
     def _send_worker(self, w: WorkerHandle, msg: list[Any]) -> None:
         self.wsock.send_multipart([w.ident, *self.codec.encode(msg)], copy=False)
@@ -515,6 +522,7 @@ class Agent:
         self.head.setsockopt(zmq.RCVHWM, 0)
         self.head.setsockopt(zmq.LINGER, 2000)
         self.head.setsockopt(zmq.RECONNECT_IVL, 10)  # a head starting beside us: retry soon
+        secure_client(self.head, self.server_key)
         self.head.connect(self.address)
         self._child_results: dict[bytes, list[list[Any]]] = {}
         self.sent_at = time.monotonic()
@@ -579,7 +587,7 @@ class Agent:
                     continue
                 ident, sig, body = frames
             try:
-                msg = self.codec.decode(sig, body)
+                msg = (self.session if from_head else self.codec).decode(sig, body)
             except P.AuthError:
                 log.warning("dropped a message that failed authentication")
                 continue

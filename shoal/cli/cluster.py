@@ -20,17 +20,23 @@ from pathlib import Path
 from typing import Any
 
 from shoal._sys import stop_on_signals
-from shoal.transport.connfile import Connection
+from shoal.transport.connfile import Connection, ConnectionFileError
 
 
 def add_parser(sub: Any) -> None:
     h = sub.add_parser("head", help="start a head and write its connection file")
     h.add_argument("--connection-file", default="shoal-connection.json",
                    help="where to write the connection file (mode 0600)")
-    h.add_argument("--bind", default="tcp://*:0",
-                   help="ZeroMQ endpoint to listen on (default tcp://*:0, a free port)")
+    h.add_argument("--bind", default=None,
+                   help="ZeroMQ endpoint to listen on (default tcp://ADDRESS:0: a free port on "
+                        "the address other hosts reach this one at - its host name resolved, "
+                        "else the default route's - not on every interface)")
     h.add_argument("--host", default=None,
-                   help="host name or address agents and clients use (default: this host's name)")
+                   help="host name or address written to the connection file for agents and "
+                        "clients (default: the address bound; this host's name for a wildcard)")
+    h.add_argument("--encrypt", action=argparse.BooleanOptionalAction, default=None,
+                   help="CURVE-encrypt the traffic of agents and clients with the head (default: "
+                        "on for TCP on a non-loopback address, off for ipc:// and loopback)")
     h.add_argument("--prefetch", type=int, default=1, help="tasks queued per slot (default 1)")
     h.add_argument("--bundle", metavar="ROOT", help=BUNDLE_HELP)
     h.set_defaults(func=head_command)
@@ -106,16 +112,39 @@ def _opt(flag: str, value: object) -> list[str]:
 def head_command(args: argparse.Namespace) -> int:
     if args.bundle:
         err = run_from_bundle("head", args.bundle, [
-            "--connection-file", os.path.abspath(args.connection_file), "--bind", args.bind,
-            *_opt("--host", args.host), "--prefetch", str(args.prefetch), "--bundle", args.bundle])
+            "--connection-file", os.path.abspath(args.connection_file), *_opt("--bind", args.bind),
+            *_opt("--host", args.host), "--prefetch", str(args.prefetch), "--bundle", args.bundle,
+            *([] if args.encrypt is None else ["--encrypt" if args.encrypt else "--no-encrypt"])])
         if err:
             print(f"shoal head: {err}", file=sys.stderr)
             return 2
+    import zmq
+
     from shoal.head.server import Head
+    from shoal.transport.connfile import host_address, is_local_endpoint
 
     logging.basicConfig(level=logging.INFO, format="shoal head: %(message)s")
-    conn = Connection.new(args.bind)
-    head = Head(conn, bind=args.bind, prefetch=args.prefetch)
+    log = logging.getLogger("shoal.head")
+    bind = args.bind
+    if bind is None:
+        addr, how = host_address()
+        bind = f"tcp://{addr}:0"
+        if addr.startswith("127."):
+            log.warning("listening on %s only, found by %s: agents on other hosts cannot reach "
+                        "it; give --bind tcp://ADDRESS:0", addr, how)
+    encrypt = not is_local_endpoint(bind) if args.encrypt is None else args.encrypt
+    if encrypt and not zmq.has("curve"):
+        if args.encrypt:
+            print("shoal head: --encrypt: this libzmq has no CURVE support", file=sys.stderr)
+            return 2
+        log.warning("this libzmq has no CURVE support: traffic with the head is not encrypted")
+        encrypt = False
+    conn = Connection.new(bind, encrypt=encrypt)
+    try:
+        head = Head(conn, bind=bind, prefetch=args.prefetch)
+    except zmq.ZMQError as exc:
+        print(f"shoal head: cannot listen on {bind}: {exc}", file=sys.stderr)
+        return 2
     endpoint = head.address
     proto, _, rest = endpoint.partition("://")
     if proto == "tcp":
@@ -127,8 +156,8 @@ def head_command(args: argparse.Namespace) -> int:
         endpoint = f"tcp://{host}:{port}"
     conn.address = endpoint
     conn.write(args.connection_file)
-    print(f"shoal head listening on {endpoint}; connection file {os.path.abspath(args.connection_file)}",
-          flush=True)
+    print(f"shoal head listening on {endpoint}{' (encrypted)' if encrypt else ''}; "
+          f"connection file {os.path.abspath(args.connection_file)}", flush=True)
 
     stop_on_signals(head)
     head.serve()
@@ -150,13 +179,15 @@ def agent_command(args: argparse.Namespace) -> int:
     from shoal.agent.agent import Agent
 
     logging.basicConfig(level=logging.INFO, format="shoal agent: %(message)s")
+    from shoal.transport.session import server_key
+
     try:
         conn = Connection.read(args.connect)
-    except (OSError, ValueError) as exc:
+    except (OSError, ConnectionFileError) as exc:
         print(f"shoal agent: {exc}", file=sys.stderr)
         return 2
     agent = Agent(conn.address, conn.key, slots=args.slots, workers=args.workers, name=args.name,
-                  sys_path=sys_path)
+                  sys_path=sys_path, server_key=server_key(conn))
 
     stop_on_signals(agent)
     agent.run()

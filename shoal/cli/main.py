@@ -54,7 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return 2
-    return int(func(args) or 0)
+    try:
+        return int(func(args) or 0)
+    except ValueError as exc:  # a bad connection file (--connect) is one line, not a traceback
+        from shoal.transport.connfile import ConnectionFileError
+
+        if not isinstance(exc, ConnectionFileError):
+            raise
+        print(f"shoal {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

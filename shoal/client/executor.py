@@ -26,6 +26,7 @@ from shoal.client.encode import EncodeError, Encoder
 from shoal.client.future import ShoalFuture, deliver
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
+from shoal.transport.session import PeerSession, secure_client, server_key
 
 SCHEDULES = ("dynamic", "static")
 HEAD_SILENCE_S = 30.0
@@ -89,7 +90,7 @@ class Executor(cf.Executor):
             conn = Connection.read(connect)
             self._slots = 0
         self._conn = conn
-        self._codec = P.Codec(conn.key)
+        self._codec = PeerSession(conn.key)  # its HELLO opens the session (see transport.session)
         self._lock = threading.Lock()
         self._pending: list[list[Any]] = []
         self._pending_static: list[list[Any]] = []
@@ -113,6 +114,7 @@ class Executor(cf.Executor):
         self._sock.setsockopt(zmq.LINGER, 1000)
         # the local head binds while we connect: retry soon, not after zmq's default 100 ms
         self._sock.setsockopt(zmq.RECONNECT_IVL, 10)
+        secure_client(self._sock, server_key(conn))  # CURVE when the run encrypts
         self._sock.connect(conn.address)
         self._thread = threading.Thread(target=self._io_loop, name="shoal-client-io", daemon=True)
         self._thread.start()

@@ -10,7 +10,7 @@ import sys
 
 from shoal._sys import set_parent_death_signal, stop_on_signals
 from shoal.head.server import Head
-from shoal.transport.connfile import Connection
+from shoal.transport.connfile import Connection, ConnectionFileError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,8 +29,12 @@ def main(argv: list[str] | None = None) -> int:
                         format="shoal head: %(message)s")
     if args.owner_pid:
         set_parent_death_signal()
-    head = Head(Connection.read(args.connection), bind=args.bind, prefetch=args.prefetch,
-                owner_pid=args.owner_pid, exit_when_idle=args.exit_when_idle)
+    try:
+        head = Head(Connection.read(args.connection), bind=args.bind, prefetch=args.prefetch,
+                    owner_pid=args.owner_pid, exit_when_idle=args.exit_when_idle)
+    except ConnectionFileError as exc:
+        print(f"python -m shoal.head: {exc}", file=sys.stderr)
+        return 2
 
     stop_on_signals(head)
     try:

@@ -19,6 +19,7 @@ from shoal._sys import alive
 from shoal.head.core import T_FID, T_KIND, Decisions, SchedulerCore
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
+from shoal.transport.session import HeadSessions, secure_server
 
 log = logging.getLogger("shoal.head")
 
@@ -52,7 +53,7 @@ class Head:
         exit_when_idle: bool = False,
     ) -> None:
         self.conn = conn
-        self.codec = P.Codec(conn.key)
+        self.sessions = HeadSessions(conn.key)  # per-connection keys and sequence numbers
         self.core = SchedulerCore()
         self.prefetch = max(0, prefetch)
         self.owner_pid = owner_pid
@@ -63,6 +64,7 @@ class Head:
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
+        secure_server(self.sock, conn)  # CURVE when the connection file says so
         self.sock.bind(bind or conn.address)
         self.address = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.peers: dict[bytes, Peer] = {}
@@ -111,14 +113,18 @@ class Head:
             return
         ident, sig, body = frames
         try:
-            msg = self.codec.decode(sig, body)
-        except P.AuthError:
+            msg = self.sessions.decode(ident, sig, body)
+        except P.AuthError as exc:
             self.bad_messages += 1
-            log.warning("dropped a message that failed authentication from %r", ident[:32])
+            if self.sessions.first_complaint(ident):
+                log.warning("dropped a message that failed authentication from %r: %s "
+                            "(more from it are only counted)", ident[:32], exc)
             return
         except Exception as exc:  # noqa: BLE001 - garbage that was signed: still not trusted
             self.bad_messages += 1
             log.warning("dropped an undecodable message from %r: %s", ident[:32], exc)
+            return
+        if msg is None:  # sent before its sender had a session (nothing to check it with)
             return
         kind = msg[0]
         peer = self.peers.get(ident)
@@ -269,7 +275,7 @@ class Head:
 
     def _send(self, ident: bytes, msg: list[Any]) -> None:
         try:
-            self.sock.send_multipart([ident, *self.codec.encode(msg)], zmq.NOBLOCK)
+            self.sock.send_multipart([ident, *self.sessions.encode(ident, msg)], zmq.NOBLOCK)
         except zmq.ZMQError as exc:
             log.debug("send to %r failed: %s", ident, exc)
 
