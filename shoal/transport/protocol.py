@@ -1,8 +1,13 @@
 """Wire protocol: msgpack envelopes, HMAC-authenticated, many tasks per message.
 
 Every message on every hop is two ZeroMQ frames (after any ROUTER identity frame):
-``[signature, body]`` where ``body = msgpack([kind, *fields])`` and
-``signature = HMAC-SHA256(secret, body)``. A message whose signature does not verify
+``[signature, body]`` where ``body = msgpack([kind, *fields])``. On the head<->peer hop
+the signature is per connection (shoal.transport.session): HELLO and WELCOME carry fresh
+nonces and are signed with the run secret; every later message is signed with a session
+key derived from both nonces, over a per-direction sequence number and the body, and that
+hop is CURVE-encrypted when the connection file says so (by default across hosts). On the
+agent<->worker hop (an ipc socket in the agent's private directory) ``signature =
+HMAC-SHA256(secret, body)`` (:class:`Codec`). A message whose signature does not verify
 is dropped and logged by the receiver before anything in it is decoded, so pickled
 payloads are only ever unpickled from authenticated peers.
 
@@ -66,7 +71,8 @@ log = logging.getLogger("shoal.transport")
 
 # ---- message kinds -------------------------------------------------------------
 HELLO = 1          # peer -> head: [HELLO, role, info]        role: "client" | "agent"
-WELCOME = 2        # head -> peer: [WELCOME, info]            origin, slots, ...
+                   #   (info also carries the session's "nonce" and "time", see session)
+WELCOME = 2        # head -> peer: [WELCOME, info]            origin, slots, ..., "nonce"
 SUBMIT = 3         # client/agent -> head: [SUBMIT, tasks, funcs]
 TASKS = 4          # head -> agent / agent -> worker: [TASKS, tasks, funcs]
 RESULTS = 5        # back along the path: [RESULTS, results]
@@ -108,7 +114,8 @@ class AuthError(Exception):
 
 
 class Codec:
-    """Signs and verifies envelopes with one run's secret."""
+    """Signs and verifies envelopes with one run's secret (the agent<->worker hop; the
+    head<->peer hop uses shoal.transport.session, which adds nonces and sequence numbers)."""
 
     __slots__ = ("_key", "_digest")
 
