@@ -220,9 +220,13 @@ def test_replay_from_new_and_same_identity_rejected(cluster, tmp_path):
     ident, msgs = record_one_task(cluster, side)
     signed = [m for m in msgs if m[0]]
     address = Connection.read(str(cluster.connfile)).address
-    # the same bytes from a new identity, then from the client's own (it has left)
-    assert replay(address, msgs, b"replayer-new") == []
-    assert replay(address, msgs, ident) == []
+    # the same bytes from a new identity, then from the client's own (it has left): the
+    # only answer is one EVICTED (no session here), bound to the replayer's identity
+    for who in (b"replayer-new", ident):
+        got = replay(address, msgs, who)
+        assert [msgpack.unpackb(body)[0] for _, body in got] == [P.EVICTED]
+        with pytest.raises(P.AuthError):
+            PeerSession(Connection.read(str(cluster.connfile)).key, ident=who).decode(*got[0])
     st = wait_stats(cluster.connfile, lambda s: s["bad_messages"] >= 2 * len(signed))
     assert st["bad_messages"] == 2 * len(signed)  # every one reached the head and was refused
     time.sleep(0.5)
@@ -304,6 +308,62 @@ def test_sequence_numbers_refuse_a_replay_within_the_session(cluster, tmp_path):
         ctx.term()
     assert side_effect_lines(side) == 1
     assert "out of sequence" in cluster.stop(cluster.head)
+
+
+def recv_kind(s: zmq.Socket, sess: PeerSession, kind: int, timeout: float = 20.0) -> list:
+    """The next message of ``kind`` (heartbeats and others skipped)."""
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        if s.poll(left * 1000):
+            msg = sess.decode(*s.recv_multipart())
+            if msg[0] == kind:
+                return msg
+    raise AssertionError(f"no message of kind {kind} within {timeout} s")
+
+
+def test_restarted_head_tells_a_peer_of_the_old_one_once(cluster):
+    """A head restarted on the same address has no session with the old head's peers: it
+    answers the first message of each with EVICTED, bound to that peer (signed with the
+    run secret over the peer's identity and the tag it answers), so the peer says HELLO
+    again at once instead of waiting for a time-out; nobody else can use that answer."""
+    cluster.start_head()
+    conn = Connection.read(str(cluster.connfile))
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.IDENTITY, b"peer-of-the-old-head")
+    s.setsockopt(zmq.RECONNECT_IVL, 20)
+    s.connect(conn.address)
+    spy = ctx.socket(zmq.DEALER)
+    spy.setsockopt(zmq.IDENTITY, b"spy")
+    try:
+        sess = PeerSession(conn.key, ident=b"peer-of-the-old-head")
+        s.send_multipart(sess.encode([P.HELLO, "client", {}]))
+        recv_kind(s, sess, P.WELCOME)
+        s.send_multipart(sess.encode([P.STATS, 1]))
+        recv_kind(s, sess, P.STATS)
+        cluster.stop(cluster.head)
+        head2 = cluster._spawn([PY, "-m", "shoal.head", "--connection", str(cluster.connfile)])
+        frames = sess.encode([P.HEARTBEAT])
+        s.send_multipart(frames)
+        assert recv_kind(s, sess, P.EVICTED)[1]
+        s.send_multipart(sess.encode([P.HEARTBEAT]))  # told once: now only counted
+        assert not s.poll(1000)
+        # someone who saw that message sends it as its own: the answer is bound to "spy"
+        spy.connect(conn.address)
+        spy.send_multipart(frames)
+        assert spy.poll(10000)
+        answer = spy.recv_multipart()
+        with pytest.raises(P.AuthError):
+            sess.decode(*answer)
+        s.send_multipart(sess.encode([P.HELLO, "client", {}]))  # a new session: all is well
+        recv_kind(s, sess, P.WELCOME)
+        s.send_multipart(sess.encode([P.STATS, 2]))
+        assert recv_kind(s, sess, P.STATS)[2]["bad_messages"] == 3
+    finally:
+        s.close(0)
+        spy.close(0)
+        ctx.term()
+    cluster.stop(head2)
 
 
 def test_wrong_key_and_stale_hello_rejected(cluster, tmp_path):

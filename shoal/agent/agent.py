@@ -87,16 +87,16 @@ class Agent:
     ) -> None:
         self.address = address
         self.key = key
-        # The head hop: a session per HELLO (nonces, sequence numbers), CURVE when the run
-        # has a server key. The worker hop keeps the plain run-secret codec: it is an ipc
-        # socket in this agent's private 0700 directory, so only this user reaches it.
-        self.session = PeerSession(key)
-        self.server_key = server_key
-        self.codec = P.Codec(key)
         self.slots = slots or os.cpu_count() or 1
         self.nworkers = self.slots if workers is None else min(workers, self.slots)
         host = socket.gethostname()
         self.name = name or f"agent-{host}-{os.getpid()}-{secrets.token_hex(2)}"
+        # The head hop: a session per HELLO (nonces, sequence numbers), CURVE when the run
+        # has a server key. The worker hop keeps the plain run-secret codec: it is an ipc
+        # socket in this agent's private 0700 directory, so only this user reaches it.
+        self.session = PeerSession(key, ident=self.name.encode())
+        self.server_key = server_key
+        self.codec = P.Codec(key)
         self.owner_pid = owner_pid
         self.sys_path = sys_path
         self.prefetch = 1

@@ -19,7 +19,7 @@ from shoal._sys import alive
 from shoal.head.core import T_FID, T_KIND, Decisions, SchedulerCore
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
-from shoal.transport.session import HeadSessions, secure_server
+from shoal.transport.session import HeadSessions, NoSession, secure_server
 
 log = logging.getLogger("shoal.head")
 
@@ -115,10 +115,7 @@ class Head:
         try:
             msg = self.sessions.decode(ident, sig, body)
         except P.AuthError as exc:
-            self.bad_messages += 1
-            if self.sessions.first_complaint(ident):
-                log.warning("dropped a message that failed authentication from %r: %s "
-                            "(more from it are only counted)", ident[:32], exc)
+            self._refused(ident, sig, exc)
             return
         except Exception as exc:  # noqa: BLE001 - garbage that was signed: still not trusted
             self.bad_messages += 1
@@ -180,6 +177,21 @@ class Head:
             self.running = False
         else:
             log.warning("dropped a message of unknown kind %r from %r", kind, ident[:32])
+
+    def _refused(self, ident: bytes, sig: bytes, exc: P.AuthError) -> None:
+        """A message that failed authentication: counted, logged once per peer; a peer of
+        an earlier head on this address (no session here) is told once to say HELLO again."""
+        self.bad_messages += 1
+        if self.sessions.first_complaint(ident):
+            log.warning("dropped a message that failed authentication from %r: %s "
+                        "(more from it are only counted)", ident[:32], exc)
+        if isinstance(exc, NoSession):
+            frames = self.sessions.evict_unknown(ident, sig, "this head has no session with you")
+            if frames is not None:
+                try:
+                    self.sock.send_multipart([ident, *frames], zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass
 
     def _hello(self, ident: bytes, role: str, info: dict[str, Any]) -> None:
         if role not in ("client", "agent"):

@@ -26,6 +26,13 @@ head restarted since (whose nonce cache is empty): a HELLO it takes opens a sess
 replayer cannot sign for. An empty tag means the sender had no session to sign with (a
 heartbeat or BYE a peer sends between its HELLO and the WELCOME): dropped without a word.
 
+A head that has no session for an identity (it restarted on the same address and a peer
+of the old one goes on talking) answers it once with EVICTED, which it cannot sign with a
+session key; it signs with the run secret, bound to the peer's identity and to the tag of
+the message it answers: ``tag = "U" || seq || HMAC(secret, "shoal-unknown\0" || their_tag
+|| len(ident) || ident || body)``. The peer takes it only for a tag it sent recently in
+its current session, so it can be neither forged nor replayed to another peer.
+
 The cost is one HMAC per (batched) message, as before, plus an 8-byte sequence number.
 
 Encryption: ZeroMQ CURVE on the head's ROUTER (the connection file says whether, and holds
@@ -55,6 +62,7 @@ SESSION_IDLE_S = 3600.0     # a session silent this long (peers heartbeat every 
 _PRUNE_EVERY_S = 60.0
 _MAX_COMPLAINTS = 4096      # identities remembered for "logged once per peer"
 
+_UNKNOWN_CTX = b"shoal-unknown\0"
 _HELLO_CTX = b"shoal-hello\0"
 _WELCOME_CTX = b"shoal-welcome\0"
 _SESSION_CTX = b"shoal-session\0"
@@ -62,6 +70,8 @@ _P2H = b"peer->head"
 _H2P = b"head->peer"
 _MAC_LEN = 32
 _TAG_LEN = 8 + _MAC_LEN
+_UNKNOWN_TAG_LEN = 1 + _TAG_LEN
+_SENT_KEPT = 256            # tags a peer remembers, to check an "unknown session" EVICTED
 _NO_SESSION = [b"", b""]
 _sha256 = hashlib.sha256
 _seq = struct.Struct(">Q")
@@ -70,6 +80,15 @@ _packb = msgpack.Packer(use_bin_type=True).pack
 
 def _unpackb(body: bytes) -> Any:
     return msgpack.unpackb(body, raw=False, strict_map_key=False, use_list=True)
+
+
+class NoSession(P.AuthError):
+    """A session message from an identity the head has no session with."""
+
+
+def _unknown_mac(secret: bytes, their_tag: bytes, ident: bytes, body: bytes) -> bytes:
+    return hmac.digest(secret, _UNKNOWN_CTX + their_tag + len(ident).to_bytes(2, "big") + ident
+                       + body, _sha256)
 
 
 def _check_secret(secret: bytes) -> None:
@@ -116,11 +135,15 @@ class PeerSession:
     but that WELCOME. Used by one thread at a time.
     """
 
-    __slots__ = ("_secret", "_nonce", "_tx", "_rx", "_tx_seq", "_rx_seq")
+    __slots__ = ("_secret", "_nonce", "_tx", "_rx", "_tx_seq", "_rx_seq", "_sent", "ident")
 
-    def __init__(self, secret: bytes) -> None:
+    def __init__(self, secret: bytes, ident: bytes | None = None) -> None:
+        """``ident``: the socket's ZeroMQ identity, when set: needed to take the EVICTED of a
+        head that has no session with us (it restarted); without it that is ignored."""
         _check_secret(secret)
         self._secret = secret
+        self.ident = ident
+        self._sent: dict[int, bytes] = {}   # seq -> tag of the last _SENT_KEPT messages
         self._nonce = b""
         self._tx: Any = None
         self._rx: Any = None
@@ -135,8 +158,12 @@ class PeerSession:
     def encode(self, msg: list[Any]) -> list[bytes]:
         tx = self._tx
         if tx is not None and msg[0] != P.HELLO:
-            self._tx_seq += 1
-            return _seal(tx, self._tx_seq, _packb(msg))
+            seq = self._tx_seq = self._tx_seq + 1
+            frames = _seal(tx, seq, _packb(msg))
+            sent = self._sent
+            sent[seq] = frames[0]
+            sent.pop(seq - _SENT_KEPT, None)
+            return frames
         if msg[0] == P.HELLO:
             return self._hello(msg)
         return _NO_SESSION
@@ -145,6 +172,7 @@ class PeerSession:
         self._nonce = secrets.token_bytes(NONCE_BYTES)
         self._tx = self._rx = None
         self._tx_seq = self._rx_seq = 0
+        self._sent.clear()
         info = dict(msg[2]) if len(msg) > 2 and msg[2] else {}
         info["nonce"] = self._nonce
         info["time"] = time.time()
@@ -155,6 +183,8 @@ class PeerSession:
         """Verify then decode; raises AuthError without looking inside a bad message."""
         rx = self._rx
         if rx is not None:
+            if len(tag) == _UNKNOWN_TAG_LEN:
+                return self._unknown(tag, body)
             self._rx_seq = _verify(rx, self._rx_seq, tag, body)
             return _unpackb(body)
         if not self._nonce or len(tag) != _MAC_LEN:
@@ -167,6 +197,19 @@ class PeerSession:
         if not isinstance(nonce_head, bytes) or len(nonce_head) != NONCE_BYTES:
             raise P.AuthError("WELCOME without the head's nonce")
         self._tx, self._rx = _direction_macs(self._secret, self._nonce, nonce_head)
+        return msg
+
+
+    def _unknown(self, tag: bytes, body: bytes) -> list[Any]:
+        """The EVICTED of a head that has no session with us, answering a message we sent."""
+        sent = self._sent.get(_seq.unpack_from(tag, 1)[0]) if tag[:1] == b"U" else None
+        if sent is None or self.ident is None:
+            raise P.AuthError("an 'unknown session' answer to no message of this session")
+        if not hmac.compare_digest(_unknown_mac(self._secret, sent, self.ident, body), tag[9:]):
+            raise P.AuthError("bad signature on an 'unknown session' answer")
+        msg = _unpackb(body)
+        if msg[0] != P.EVICTED:
+            raise P.AuthError("an 'unknown session' answer that is not EVICTED")
         return msg
 
 
@@ -198,6 +241,7 @@ class HeadSessions:
         self._by_ident: dict[bytes, _HeadSide] = {}
         self._nonces: OrderedDict[bytes, float] = OrderedDict()   # nonce -> when taken (monotonic)
         self._complained: set[bytes] = set()
+        self._told_unknown: set[bytes] = set()
         self._pruned = time.monotonic()
 
     def __len__(self) -> int:
@@ -216,8 +260,9 @@ class HeadSessions:
             return self._hello(ident, tag, body)
         if not tag:
             return None
-        raise P.AuthError("no session for this peer (no HELLO taken from it)" if s is None
-                          else "malformed signature")
+        if s is None:
+            raise NoSession("no session for this peer (no HELLO taken from it)")
+        raise P.AuthError("malformed signature")
 
     def _hello(self, ident: bytes, tag: bytes, body: bytes) -> list[Any]:
         want = hmac.digest(self._secret, _HELLO_CTX + body, _sha256)
@@ -248,6 +293,7 @@ class HeadSessions:
             raise P.AuthError("HELLO replayed (its nonce was taken before)")
         nonces[nonce] = now
         self._by_ident[ident] = _HeadSide(self._secret, nonce, now)
+        self._told_unknown.discard(ident)
         if now - self._pruned > _PRUNE_EVERY_S:
             self._pruned = now
             for old in [i for i, x in self._by_ident.items() if now - x.seen > SESSION_IDLE_S]:
@@ -264,6 +310,18 @@ class HeadSessions:
             return [hmac.digest(self._secret, _WELCOME_CTX + s.nonce_peer + body, _sha256), body]
         s.tx_seq += 1
         return _seal(s.tx, s.tx_seq, _packb(msg))
+
+    def evict_unknown(self, ident: bytes, their_tag: bytes, reason: str) -> list[bytes] | None:
+        """Frames of an EVICTED for a peer that sent ``their_tag`` under a session this head
+        does not have (see the module docstring); None after the first one to ``ident``
+        (until it says HELLO again) or for a tag that is not a session tag."""
+        if len(their_tag) != _TAG_LEN or ident in self._told_unknown:
+            return None
+        if len(self._told_unknown) >= _MAX_COMPLAINTS:
+            self._told_unknown.clear()
+        self._told_unknown.add(ident)
+        body = _packb([P.EVICTED, reason])
+        return [b"U" + their_tag[:8] + _unknown_mac(self._secret, their_tag, ident, body), body]
 
     def forget(self, ident: bytes) -> None:
         """End an identity's session (it left); later messages under it are refused."""
