@@ -33,6 +33,9 @@ def add_parser(sub: Any) -> None:
                    help="host name or address agents and clients use (default: this host's name)")
     h.add_argument("--prefetch", type=int, default=1, help="tasks queued per slot (default 1)")
     h.add_argument("--bundle", metavar="ROOT", help=BUNDLE_HELP)
+    h.add_argument("--journal", metavar="FILE",
+                   help="SQLite journal of keyed tasks: a head restarted on the same file answers "
+                        "the tasks that finished OK from it (docs/journal.md)")
     h.set_defaults(func=head_command)
 
     a = sub.add_parser("agent", help="join a head as this node's agent")
@@ -107,15 +110,21 @@ def head_command(args: argparse.Namespace) -> int:
     if args.bundle:
         err = run_from_bundle("head", args.bundle, [
             "--connection-file", os.path.abspath(args.connection_file), "--bind", args.bind,
-            *_opt("--host", args.host), "--prefetch", str(args.prefetch), "--bundle", args.bundle])
+            *_opt("--host", args.host), "--prefetch", str(args.prefetch), "--bundle", args.bundle,
+            *_opt("--journal", args.journal and os.path.abspath(args.journal))])
         if err:
             print(f"shoal head: {err}", file=sys.stderr)
             return 2
+    from shoal.head.journal import JournalError
     from shoal.head.server import Head
 
     logging.basicConfig(level=logging.INFO, format="shoal head: %(message)s")
     conn = Connection.new(args.bind)
-    head = Head(conn, bind=args.bind, prefetch=args.prefetch)
+    try:
+        head = Head(conn, bind=args.bind, prefetch=args.prefetch, journal=args.journal)
+    except JournalError as exc:
+        print(f"shoal head: {exc}", file=sys.stderr)
+        return 2
     endpoint = head.address
     proto, _, rest = endpoint.partition("://")
     if proto == "tcp":

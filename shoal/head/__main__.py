@@ -9,6 +9,7 @@ import shutil
 import sys
 
 from shoal._sys import set_parent_death_signal, stop_on_signals
+from shoal.head.journal import JournalError
 from shoal.head.server import Head
 from shoal.transport.connfile import Connection
 
@@ -21,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefetch", type=int, default=1)
     ap.add_argument("--exit-when-idle", action="store_true")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--journal", metavar="FILE",
+                    help="SQLite journal: record keyed tasks, answer those finished OK in an "
+                         "earlier run from it (docs/journal.md)")
     ap.add_argument("--remove-dir", action="store_true",
                     help="remove the connection file's directory at exit (the local default's "
                          "run directory, so a caller that crashed leaves nothing behind)")
@@ -29,11 +33,15 @@ def main(argv: list[str] | None = None) -> int:
                         format="shoal head: %(message)s")
     if args.owner_pid:
         set_parent_death_signal()
-    head = Head(Connection.read(args.connection), bind=args.bind, prefetch=args.prefetch,
-                owner_pid=args.owner_pid, exit_when_idle=args.exit_when_idle)
-
-    stop_on_signals(head)
     try:
+        try:
+            head = Head(Connection.read(args.connection), bind=args.bind, prefetch=args.prefetch,
+                        owner_pid=args.owner_pid, exit_when_idle=args.exit_when_idle,
+                        journal=args.journal)
+        except JournalError as exc:
+            print(f"shoal head: {exc}", file=sys.stderr)
+            return 2
+        stop_on_signals(head)
         head.serve()
     finally:
         if args.remove_dir:

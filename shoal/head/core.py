@@ -332,6 +332,9 @@ class SchedulerCore:
         self.completed += 1
         if notify_owner:
             d.result(task.owner, item if item is not None else [task.tid, status, payload, None])
+        opts = task.spec[8] if len(task.spec) > 8 else None  # journal (until the rework fills it)
+        if isinstance(opts, dict) and opts.get("key"):
+            d.done_keys.append((opts["key"], status, payload))
         if status != 0:
             self.failed[task.tid] = status
         if task.dependents:

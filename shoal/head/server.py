@@ -17,6 +17,7 @@ import zmq
 
 from shoal._sys import alive
 from shoal.head.core import T_FID, T_KIND, Decisions, SchedulerCore
+from shoal.head.journal import Journal, JournalError
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
 
@@ -50,7 +51,14 @@ class Head:
         prefetch: int = 1,
         owner_pid: int | None = None,
         exit_when_idle: bool = False,
+        journal: str | None = None,
     ) -> None:
+        # journal: opened first, so a bad file stops the head before it binds (JournalError)
+        self.journal = Journal(journal) if journal else None
+        self.from_journal = 0
+        if self.journal is not None:
+            log.info("journal %s: run %d, %d results from earlier runs", journal,
+                     self.journal.run, self.journal.resumable)
         self.conn = conn
         self.codec = P.Codec(conn.key)
         self.core = SchedulerCore()
@@ -100,6 +108,8 @@ class Head:
                     next_beat = now + HEARTBEAT_S
                     self._beat(now)
         finally:
+            if self.journal is not None:  # journal: commit the rest, note the run's end
+                self.journal.close()
             self._stop_agents()
             sock.close(linger=500)
             self.ctx.term()
@@ -138,7 +148,10 @@ class Head:
             funcs = msg[2]
             if funcs:
                 self.funcs.update(funcs)
-            self._apply(self.core.submit(msg[1], ident, static=bool(msg[3])))
+            specs = msg[1]
+            if self.journal is not None:  # journal: answer keys that finished OK before
+                specs = self._journal_submit(ident, specs)
+            self._apply(self.core.submit(specs, ident, static=bool(msg[3])))
         elif kind == P.CREDIT:
             if peer is not None:
                 self._apply(self.core.set_window(ident, msg[1]))
@@ -244,8 +257,12 @@ class Head:
             self._out_results[owner].extend(items)
         for agent, tids in d.revoke.items():
             self._send(agent, [P.CANCEL, 0, tids])
+        if d.done_keys and self.journal is not None:  # journal: buffered, see _flush
+            self.journal.finished(d.done_keys)
 
     def _flush(self) -> None:
+        if self.journal is not None and self.journal.pending:
+            self._journal_commit()  # journal: before any result of this turn leaves
         if self._out_results:
             out, self._out_results = self._out_results, defaultdict(list)
             for owner, items in out.items():
@@ -266,6 +283,51 @@ class Head:
                             sent.add(fid)
                             funcs[fid] = self.funcs[fid]
                 self._send(agent, [P.TASKS, specs, funcs])
+
+    # ---- journal (shoal.head.journal) -------------------------------------------------
+    def _journal_submit(self, owner: bytes, specs: list[list[Any]]) -> list[list[Any]]:
+        """Resolve at once the keyed tasks that finished OK in an earlier run; note the
+        others as submitted; return the specs the core must schedule. A task id the core
+        never saw counts as succeeded, so dependents of an answered task run."""
+        journal = self.journal
+        assert journal is not None
+        keyed = [(spec, key) for spec in specs if (key := _journal_key(spec))]
+        if not keyed:
+            return specs
+        try:
+            found = journal.lookup([key for _spec, key in keyed]) if journal.resumable else {}
+        except JournalError as exc:
+            self._journal_failed(exc)
+            return specs
+        if found:
+            out = self._out_results[owner]
+            answered: set[int] = set()
+            for spec, key in keyed:
+                payload = found.get(key)
+                if payload is not None:
+                    out.append([spec[P.T_ID], P.OK, payload, 0, None])
+                    answered.add(spec[P.T_ID])
+            self.from_journal += len(answered)
+            journal.reused += len(answered)
+            specs = [spec for spec in specs if spec[P.T_ID] not in answered]
+            keyed = [(spec, key) for spec, key in keyed if spec[P.T_ID] not in answered]
+        journal.submitted([key for _spec, key in keyed])
+        return specs
+
+    def _journal_commit(self) -> None:
+        try:
+            self.journal.commit()  # type: ignore[union-attr]
+        except JournalError as exc:
+            self._journal_failed(exc)
+
+    def _journal_failed(self, exc: JournalError) -> None:
+        # A run is worth more than its journal: go on without it (docs/journal.md).
+        log.error("%s; the run goes on without the journal", exc)
+        try:
+            self.journal.db.close()  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - closing a broken handle: nothing to save
+            pass
+        self.journal = None
 
     def _send(self, ident: bytes, msg: list[Any]) -> None:
         try:
@@ -295,4 +357,12 @@ class Head:
             "live": len(core.tasks),
             "completed": core.completed,
             "bad_messages": self.bad_messages,
+            "from_journal": self.from_journal,
         }
+
+
+def _journal_key(spec: list[Any]) -> str | None:
+    """The task's journal key (opts["key"]), or None; a malformed one is ignored."""
+    opts = spec[P.T_OPTS] if len(spec) > P.T_OPTS else None
+    key = opts.get("key") if isinstance(opts, dict) else None
+    return key if isinstance(key, str) and key else None

@@ -1,0 +1,233 @@
+"""The run journal: an append-only SQLite log of keyed tasks, so a killed run can resume.
+
+A client that wants a resumable run gives each task a journal key (``opts["key"]``, see
+docs/journal.md for the identity rule) and starts its head with ``--journal FILE``. The
+head records, per loop turn and in one transaction, the keys it was given (``submitted``)
+and the outcome of every keyed task that resolved (``finished``: status, and the result
+payload when the status is OK). When a later run submits a key that finished OK in an
+earlier run of the same file, the head answers with the stored payload instead of running
+the task again.
+
+Cost model (why it looks like this):
+- Both tables are append-only rowid tables without an index: an append costs ~1 us per row,
+  where a keyed B-tree costs ~10-20 us (random keys miss the page cache).
+- The lookup index is built once, when a run opens a journal that already has OK results:
+  a temporary table ``prev(key -> rowid)`` sorted by key, on disk (temp store), not in
+  Python memory. A journal with no OK results skips lookups entirely.
+- WAL with ``synchronous=NORMAL``: a commit is a write() to the WAL, no fsync, so kill -9 of
+  the head loses nothing committed (a power cut may lose the last commits; they rerun).
+- ``locking_mode=EXCLUSIVE``: the head holds the file for the whole run, so a second head
+  cannot write the same journal at the same time, and WAL needs no shared-memory file (it
+  works on a network home directory, from one host).
+
+File format (``PRAGMA application_id`` = 0x53484F4C "SHOL", ``PRAGMA user_version`` =
+:data:`VERSION`)::
+
+    runs(run INTEGER PRIMARY KEY, started REAL, ended REAL, pid INTEGER, host TEXT,
+         reused INTEGER)                 -- one row per head that opened the file
+    submitted(key TEXT, run INTEGER, t REAL)              -- a keyed task reached the head
+    finished(key TEXT, status INTEGER, payload BLOB, run INTEGER, t REAL)
+                                        -- it resolved; payload only for status 0 (OK)
+
+Times are Unix seconds (one per commit). Statuses are shoal.transport.protocol's.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+APPLICATION_ID = 0x53484F4C  # "SHOL": marks the file as a shoal journal
+VERSION = 1                  # schema version this code writes and reads
+LOOKUP_CHUNK = 500           # keys per SELECT ... IN (...) when resuming
+OK = 0                       # protocol.OK (not imported: this module has no dependencies)
+
+_SCHEMA = (
+    "CREATE TABLE runs(run INTEGER PRIMARY KEY, started REAL NOT NULL, ended REAL, "
+    "pid INTEGER, host TEXT, reused INTEGER NOT NULL DEFAULT 0)",
+    "CREATE TABLE submitted(key TEXT NOT NULL, run INTEGER NOT NULL, t REAL NOT NULL)",
+    "CREATE TABLE finished(key TEXT NOT NULL, status INTEGER NOT NULL, payload BLOB, "
+    "run INTEGER NOT NULL, t REAL NOT NULL)",
+)
+
+
+class JournalError(Exception):
+    """The journal file cannot be used; the message is one line naming the file."""
+
+
+class Journal:
+    """One run's handle on a journal file (see module docstring).
+
+    Writes are buffered by :meth:`submitted` and :meth:`finished` and reach the file in one
+    transaction at :meth:`commit`, which the head calls once per loop turn before it sends
+    that turn's results. Every method raises :class:`JournalError`, never ``sqlite3.Error``.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.run = 0            # this run's number in the file: 1 for a new journal
+        self.resumable = 0      # OK results from earlier runs (0: lookups are skipped)
+        self.reused = 0         # tasks this run answered from the journal
+        self._subs: list[str] = []
+        self._done: list[tuple[str, int, Any]] = []
+        try:
+            self.db = sqlite3.connect(path, timeout=0.2, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot open journal {path!r}: {exc}") from None
+        try:
+            self._open()
+        except sqlite3.Error as exc:
+            self.db.close()
+            why = str(exc)
+            if "locked" in why or "busy" in why:
+                raise JournalError(f"journal {path!r} is in use by another shoal head") from None
+            if "not a database" in why:
+                raise JournalError(f"{path!r} is not a shoal journal (not an SQLite file)") from None
+            raise JournalError(f"cannot open journal {path!r}: {why}") from None
+        except JournalError:
+            self.db.close()
+            raise
+
+    def _open(self) -> None:
+        db, path = self.db, self.path
+        # Before the first access: with an exclusive lock WAL needs no -shm file.
+        db.execute("PRAGMA locking_mode=EXCLUSIVE")
+        app = db.execute("PRAGMA application_id").fetchone()[0]
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if app == 0 and tables == 0:
+            fresh = True
+        elif app != APPLICATION_ID:
+            raise JournalError(f"{path!r} is not a shoal journal (an SQLite file of another kind)")
+        elif version > VERSION:
+            raise JournalError(f"journal {path!r} has format {version}, newer than this shoal "
+                               f"reads ({VERSION}): use the shoal that wrote it or a new file")
+        else:
+            fresh = False
+        if db.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower() != "wal":
+            raise JournalError(f"journal {path!r}: SQLite refused WAL mode")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("BEGIN IMMEDIATE")  # takes the lock now: a second head fails here
+        try:
+            if fresh:
+                for stmt in _SCHEMA:
+                    db.execute(stmt)
+                db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+                db.execute(f"PRAGMA user_version={VERSION}")
+            cur = db.execute("INSERT INTO runs(started, pid, host) VALUES (?, ?, ?)",
+                             (time.time(), os.getpid(), socket.gethostname()))
+            self.run = int(cur.lastrowid or 0)
+            db.execute("COMMIT")
+        except BaseException:
+            _rollback(db)
+            raise
+        if not fresh:
+            self._index_earlier_results()
+
+    def _index_earlier_results(self) -> None:
+        """Sorted key -> rowid of the latest OK result of each key from earlier runs."""
+        db = self.db
+        if db.execute("SELECT 1 FROM finished WHERE status = 0 LIMIT 1").fetchone() is None:
+            return
+        db.execute("CREATE TEMP TABLE prev(key TEXT PRIMARY KEY, rid INTEGER NOT NULL) WITHOUT ROWID")
+        db.execute("INSERT INTO temp.prev SELECT key, max(rowid) FROM finished "
+                   "WHERE status = 0 AND payload IS NOT NULL AND run < ? GROUP BY key", (self.run,))
+        self.resumable = db.execute("SELECT count(*) FROM temp.prev").fetchone()[0]
+
+    # ---- the head's side ---------------------------------------------------------------
+    def lookup(self, keys: Sequence[str]) -> dict[str, Any]:
+        """key -> stored payload, for those of ``keys`` that finished OK in an earlier run."""
+        if not self.resumable or not keys:
+            return {}
+        found: dict[str, Any] = {}
+        try:
+            for i in range(0, len(keys), LOOKUP_CHUNK):
+                chunk = keys[i:i + LOOKUP_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                found.update(self.db.execute(
+                    "SELECT p.key, f.payload FROM temp.prev AS p JOIN finished AS f "
+                    f"ON f.rowid = p.rid WHERE p.key IN ({marks})", chunk))
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal {self.path!r}: cannot read: {exc}") from None
+        return found
+
+    def submitted(self, keys: Iterable[str]) -> None:
+        """Buffer: these keyed tasks were handed to the scheduler."""
+        self._subs.extend(keys)
+
+    def finished(self, items: Iterable[tuple[str, int, Any]]) -> None:
+        """Buffer: these keyed tasks resolved, as (key, status, payload)."""
+        self._done.extend(items)
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._subs or self._done)
+
+    def commit(self) -> None:
+        """Write everything buffered in one transaction (no fsync: see module docstring)."""
+        if not (self._subs or self._done):
+            return
+        subs, self._subs = self._subs, []
+        done, self._done = self._done, []
+        run, now, db = self.run, time.time(), self.db
+        try:
+            db.execute("BEGIN")
+            try:
+                if subs:
+                    db.executemany("INSERT INTO submitted VALUES (?, ?, ?)",
+                                   [(k, run, now) for k in subs])
+                if done:
+                    db.executemany("INSERT INTO finished VALUES (?, ?, ?, ?, ?)",
+                                   [(k, s, _blob(p) if s == OK else None, run, now)
+                                    for k, s, p in done])
+                db.execute("COMMIT")
+            except BaseException:
+                _rollback(db)
+                raise
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal {self.path!r}: cannot write: {exc}") from None
+
+    def close(self) -> None:
+        """Commit what is buffered, note the run's end, release the file."""
+        try:
+            self.commit()
+            self.db.execute("UPDATE runs SET ended = ?, reused = ? WHERE run = ?",
+                            (time.time(), self.reused, self.run))
+        except (sqlite3.Error, JournalError):
+            pass  # the rows already committed are what counts; the end time is a courtesy
+        finally:
+            self.db.close()
+
+    # ---- reading a journal ------------------------------------------------------------
+    def summary(self) -> list[dict[str, Any]]:
+        """Per run: number, start and end times, submitted, ok, failed, reused counts."""
+        try:
+            rows = self.db.execute(
+                "SELECT r.run, r.started, r.ended, r.reused, "
+                "(SELECT count(*) FROM submitted s WHERE s.run = r.run), "
+                "(SELECT count(*) FROM finished f WHERE f.run = r.run AND f.status = 0), "
+                "(SELECT count(*) FROM finished f WHERE f.run = r.run AND f.status != 0) "
+                "FROM runs r ORDER BY r.run").fetchall()
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal {self.path!r}: cannot read: {exc}") from None
+        names = ("run", "started", "ended", "reused", "submitted", "ok", "failed")
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def _blob(payload: Any) -> bytes | None:
+    # OK payloads are bytes on the wire. Anything else would make SQLite refuse the row
+    # and stop the journal: it is stored as NULL, which lookups skip (the task reruns).
+    return payload if isinstance(payload, bytes) else None
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    # SQLite rolls back by itself on some errors (SQLITE_FULL): keep the first error.
+    if db.in_transaction:
+        try:
+            db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
