@@ -351,7 +351,7 @@ def test_failed_tasks_run_again_on_resume(run, tmp_path):
     c2, s2, _head2, stats2 = go()
     assert stats2["from_journal"] == 3
     assert [c2.results[s[0]][1] for s in s2] == [P.OK, P.ERR] * 3
-    assert [c2.results[s[0]][3] == 0 for s in s2] == [True, False] * 3
+    assert all(c2.results[s[0]][3] == 0 for s in s2[::2])  # agent 0: from the journal
     assert lines(side) == Counter({"0": 1, "1": 2, "2": 1, "3": 2, "4": 1, "5": 2})
 
 
