@@ -202,7 +202,8 @@ class Head:
         self._send(
             ident,
             [P.WELCOME, {"origin": origin, "prefetch": self.prefetch, "run_id": self.conn.run_id,
-                         "slots": self.core.total_slots() + peer.slots}],
+                         "slots": self.core.total_slots() + peer.slots,
+                         "journal": self.journal is not None}],  # journal: clients send keys
         )
         if role == "agent":
             peer.num = self.next_agent_num
