@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import zmq
 
-from shoal.head.journal import Journal, JournalError
+from shoal.head.journal import Journal, JournalError, summary
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
 
@@ -319,12 +319,14 @@ def test_kill_9_of_the_head_then_resume(run, tmp_path):
     assert sum(count[str(i)] - 1 for i in range(n)) <= n - len(done_before)
     run.stop(agent2)
     run.stop(head2)  # the journal is the head's while it runs
-    j = Journal(db)
-    summary = j.summary()
-    j.close()
-    assert [r["run"] for r in summary] == [1, 2, 3]
-    assert summary[0]["ended"] is None  # killed
-    assert summary[1]["reused"] == stats["from_journal"]
+    runs = summary(db)
+    assert [r["run"] for r in runs] == [1, 2]
+    assert runs[0]["ended"] is None and runs[1]["ended"] is not None  # killed, then ended
+    assert runs[1]["reused"] == stats["from_journal"]
+    assert runs[0]["ok"] >= len(done_before) and runs[0]["submitted"] == n
+    r = subprocess.run([PY, "-m", "shoal.head.journal", db], capture_output=True, text=True,
+                       cwd=ROOT, timeout=60)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 3 and " killed " in r.stdout
 
 
 def test_failed_tasks_run_again_on_resume(run, tmp_path):

@@ -221,17 +221,63 @@ class Journal:
 
     # ---- reading a journal ------------------------------------------------------------
     def summary(self) -> list[dict[str, Any]]:
-        """Per run: number, start and end times, submitted, ok, failed, reused counts."""
+        """Per run: see :func:`summary`."""
         try:
-            rows = self.db.execute(
-                "SELECT r.run, r.started, r.ended, r.reused, coalesce(sum(t.n_submitted), 0), "
-                "coalesce(sum(t.n_ok), 0), coalesce(sum(t.n_failed), 0) "
-                "FROM runs AS r LEFT JOIN turns AS t ON t.run = r.run "
-                "GROUP BY r.run ORDER BY r.run").fetchall()
+            return _summary(self.db)
         except sqlite3.Error as exc:
             raise JournalError(f"journal {self.path!r}: cannot read: {exc}") from None
-        names = ("run", "started", "ended", "reused", "submitted", "ok", "failed")
-        return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def summary(path: str) -> list[dict[str, Any]]:
+    """Per run of the journal at ``path``: run, started, ended (None: killed or running),
+    reused, submitted, ok, failed. Reads only; the file must not be held by a head."""
+    if not os.path.exists(path):
+        raise JournalError(f"no journal at {path!r}")
+    try:
+        db = sqlite3.connect(path, timeout=0.2, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise JournalError(f"cannot open journal {path!r}: {exc}") from None
+    try:
+        if db.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+            raise JournalError(f"{path!r} is not a shoal journal")
+        return _summary(db)
+    except sqlite3.Error as exc:
+        raise JournalError(f"cannot read journal {path!r}: {exc}") from None
+    finally:
+        db.close()
+
+
+def _summary(db: sqlite3.Connection) -> list[dict[str, Any]]:
+    rows = db.execute(
+        "SELECT r.run, r.started, r.ended, r.reused, coalesce(sum(t.n_submitted), 0), "
+        "coalesce(sum(t.n_ok), 0), coalesce(sum(t.n_failed), 0) "
+        "FROM runs AS r LEFT JOIN turns AS t ON t.run = r.run "
+        "GROUP BY r.run ORDER BY r.run").fetchall()
+    names = ("run", "started", "ended", "reused", "submitted", "ok", "failed")
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m shoal.head.journal FILE``: one line per run of a journal."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m shoal.head.journal", description=main.__doc__)
+    ap.add_argument("file")
+    args = ap.parse_args(argv)
+    try:
+        runs = summary(args.file)
+    except JournalError as exc:
+        print(f"shoal journal: {exc}", file=sys.stderr)
+        return 2
+    print(f"{'run':>4} {'started':<20}{'state':<10}{'submitted':>10}{'ok':>10}{'failed':>8}"
+          f"{'reused':>10}")
+    for r in runs:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"]))
+        state = "ended" if r["ended"] is not None else "killed"  # or still running
+        print(f"{r['run']:>4} {started:<20}{state:<10}{r['submitted']:>10}{r['ok']:>10}"
+              f"{r['failed']:>8}{r['reused']:>10}")
+    return 0
 
 
 def _unpack(blob: bytes) -> list[Any]:
@@ -245,3 +291,7 @@ def _rollback(db: sqlite3.Connection) -> None:
             db.execute("ROLLBACK")
         except sqlite3.Error:
             pass
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

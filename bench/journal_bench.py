@@ -1,0 +1,183 @@
+"""Journal on vs off, in the same run: W1 (no-op Python tasks, one submit each) and W2
+(``/bin/true`` commands on 2 slots), then a resumed W1 answered from the journal.
+
+    PYTHONPATH=. python bench/journal_bench.py [--w1 100000] [--w2 5000] [--reps 3]
+
+Each repetition runs every cell once, off and on alternating (so load on a shared machine
+falls on both alike); the table shows the median. "on" means what a user with a journal
+pays: every task carries a journal key computed by the client's rule (qualified name, hash
+of the pickled arguments, submission count) and the head writes the journal.
+
+Until ``Executor(journal=...)`` exists, the head is started by hand with ``--journal`` and
+the client's encoder is wrapped to add the keys (the same rule, same cost); with it, the
+local default is used. Goal (issue 10): at most 10% slower with the journal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from shoal import Command, Executor
+from shoal.client import encode
+from shoal.head.journal import Journal
+from shoal.transport.connfile import Connection
+
+NATIVE = "journal" in inspect.signature(Executor).parameters  # the client's plumbing landed
+
+
+def inc(x: int) -> int:
+    return x + 1
+
+
+# ---- the client side of a journal, when the client does not do it yet -----------------
+_plain_call, _plain_command = encode.Encoder.call, encode.Encoder.command
+_seen: Counter[str] = Counter()
+
+
+def _keyed_call(self: encode.Encoder, fn: Any, *rest: Any) -> list[Any]:
+    spec = _plain_call(self, fn, *rest)
+    base = f"{fn.__module__}.{fn.__qualname__}:{hashlib.sha1(spec[3]).hexdigest()[:16]}"
+    n = _seen[base]
+    _seen[base] = n + 1
+    spec += [None, {"key": f"{base}:{n}"}]
+    return spec
+
+
+def _keyed_command(self: encode.Encoder, cmd: Command, deps: list[int]) -> list[Any]:
+    spec = _plain_command(self, cmd, deps)
+    text = json.dumps(spec[3], sort_keys=True)
+    base = f"cmd:{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+    n = _seen[base]
+    _seen[base] = n + 1
+    spec += [None, {"key": f"{base}:{n}"}]
+    return spec
+
+
+def keys_on(on: bool) -> None:
+    _seen.clear()
+    encode.Encoder.call = _keyed_call if on else _plain_call  # type: ignore[method-assign]
+    encode.Encoder.command = _keyed_command if on else _plain_command  # type: ignore[method-assign]
+
+
+@contextmanager
+def executor(workdir: str, journal: str | None, workers: int, slots: int) -> Iterator[Executor]:
+    """An executor on a local head + one agent, with or without a journal."""
+    if NATIVE:
+        with Executor(workers=workers, slots=slots, journal=journal) as ex:  # type: ignore[call-arg]
+            yield ex
+        return
+    keys_on(journal is not None)
+    connfile = os.path.join(workdir, "c.json")
+    Connection.new(f"ipc://{workdir}/head").write(connfile)
+    py = sys.executable
+    head = subprocess.Popen([py, "-m", "shoal.head", "--connection", connfile, "--quiet",
+                             *(["--journal", journal] if journal else [])])
+    agent = subprocess.Popen([py, "-m", "shoal.agent", "--connection", connfile, "--quiet",
+                              "--slots", str(slots), "--workers", str(workers)])
+    try:
+        with Executor(connect=connfile) as ex:
+            while ex.stats()["slots"] < slots:
+                time.sleep(0.05)
+            yield ex
+    finally:
+        keys_on(False)
+        for proc in (agent, head):
+            proc.send_signal(signal.SIGTERM)
+        for proc in (agent, head):
+            proc.wait(60)
+
+
+def w1(ex: Executor, n: int) -> float:
+    ex.submit(inc, -1).result()  # warm: the function is on the agent, workers are up
+    t0 = time.perf_counter()
+    futures = [ex.submit(inc, i) for i in range(n)]
+    results = [f.result() for f in futures]
+    dt = time.perf_counter() - t0
+    assert results == list(range(1, n + 1))
+    return dt
+
+
+def w2(ex: Executor, n: int) -> float:
+    ex.submit(Command(["/bin/true"])).result()
+    t0 = time.perf_counter()
+    futures = [ex.submit(Command(["/bin/true"])) for _ in range(n)]
+    codes = [f.result().returncode for f in futures]
+    dt = time.perf_counter() - t0
+    assert codes == [0] * n
+    return dt
+
+
+def cell(name: str, n: int, journal: bool, keep: str | None = None) -> tuple[float, int]:
+    """One timed run; returns (seconds, journal file size in bytes)."""
+    workdir = tempfile.mkdtemp(prefix="sjb")
+    try:
+        db = keep or (os.path.join(workdir, "run.db") if journal else None)
+        workers, slots = (2, 2) if name == "W1" else (0, 2)
+        with executor(workdir, db, workers, slots) as ex:
+            dt = (w1 if name == "W1" else w2)(ex, n)
+        size = sum(os.path.getsize(p) for p in (db, f"{db}-wal") if db and os.path.exists(p))
+        return dt, size
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--w1", type=int, default=100_000, help="W1 tasks (default 100000)")
+    ap.add_argument("--w2", type=int, default=5_000, help="W2 commands (default 5000)")
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    times: dict[tuple[str, str], list[float]] = {}
+    sizes: dict[str, int] = {}
+    for rep in range(args.reps):
+        for name, n in (("W1", args.w1), ("W2", args.w2)):
+            for mode in (("off", "on") if rep % 2 == 0 else ("on", "off")):
+                dt, size = cell(name, n, mode == "on")
+                times.setdefault((name, mode), []).append(dt)
+                if mode == "on":
+                    sizes[name] = size
+                print(f"rep {rep + 1} {name} journal {mode}: {dt:.2f} s", file=sys.stderr, flush=True)
+
+    # resume: the same W1 again on a journal that holds all of it
+    workdir = tempfile.mkdtemp(prefix="sjb")
+    try:
+        db = os.path.join(workdir, "keep.db")
+        first, _ = cell("W1", args.w1, True, keep=db)
+        t0 = time.perf_counter()
+        Journal(db).close()  # opening builds the lookup index of earlier results
+        index_s = time.perf_counter() - t0
+        resumed, _ = cell("W1", args.w1, True, keep=db)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    via = "Executor(journal=)" if NATIVE else "head --journal + client keys"
+    print(f"\njournal bench ({via}; median of {args.reps}; {os.cpu_count()} cores)")
+    print(f"{'cell':<24}{'off s':>8}{'on s':>8}{'slower':>9}{'tasks/s on':>12}{'journal':>11}")
+    for name, n in (("W1", args.w1), ("W2", args.w2)):
+        off = statistics.median(times[(name, "off")])
+        on = statistics.median(times[(name, "on")])
+        print(f"{f'{name} ({n} tasks)':<24}{off:>8.2f}{on:>8.2f}{(on / off - 1) * 100:>8.1f}%"
+              f"{n / on:>12.0f}{sizes[name] / 1e6:>9.1f} MB")
+    print(f"W1 resumed from the journal: {resumed:.2f} s for {args.w1} tasks "
+          f"(first run {first:.2f} s; opening the journal and indexing {args.w1} results "
+          f"{index_s:.2f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
