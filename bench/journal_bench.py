@@ -74,12 +74,21 @@ def keys_on(on: bool) -> None:
     encode.Encoder.command = _keyed_command if on else _plain_command  # type: ignore[method-assign]
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process ``pid`` used so far."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
-def executor(workdir: str, journal: str | None, workers: int, slots: int) -> Iterator[Executor]:
-    """An executor on a local head + one agent, with or without a journal."""
+def executor(workdir: str, journal: str | None, workers: int,
+             slots: int) -> Iterator[tuple[Executor, int]]:
+    """An executor on a local head + one agent, with or without a journal; and the
+    head's pid."""
     if NATIVE:
         with Executor(workers=workers, slots=slots, journal=journal) as ex:  # type: ignore[call-arg]
-            yield ex
+            yield ex, ex._cluster.head.pid  # type: ignore[attr-defined]
         return
     keys_on(journal is not None)
     connfile = os.path.join(workdir, "c.json")
@@ -93,7 +102,7 @@ def executor(workdir: str, journal: str | None, workers: int, slots: int) -> Ite
         with Executor(connect=connfile) as ex:
             while ex.stats()["slots"] < slots:
                 time.sleep(0.05)
-            yield ex
+            yield ex, head.pid
     finally:
         keys_on(False)
         for proc in (agent, head):
@@ -122,16 +131,19 @@ def w2(ex: Executor, n: int) -> float:
     return dt
 
 
-def cell(name: str, n: int, journal: bool, keep: str | None = None) -> tuple[float, int]:
-    """One timed run; returns (seconds, journal file size in bytes)."""
+def cell(name: str, n: int, journal: bool,
+         keep: str | None = None) -> tuple[float, int, float, float]:
+    """One timed run: (seconds, journal bytes, head and client CPU microseconds per task)."""
     workdir = tempfile.mkdtemp(prefix="sjb")
     try:
         db = keep or (os.path.join(workdir, "run.db") if journal else None)
         workers, slots = (2, 2) if name == "W1" else (0, 2)
-        with executor(workdir, db, workers, slots) as ex:
+        with executor(workdir, db, workers, slots) as (ex, head_pid):
+            head0, client0 = cpu_s(head_pid), time.process_time()
             dt = (w1 if name == "W1" else w2)(ex, n)
+            head_cpu, client_cpu = cpu_s(head_pid) - head0, time.process_time() - client0
         size = sum(os.path.getsize(p) for p in (db, f"{db}-wal") if db and os.path.exists(p))
-        return dt, size
+        return dt, size, head_cpu / n * 1e6, client_cpu / n * 1e6
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -143,12 +155,14 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     times: dict[tuple[str, str], list[float]] = {}
+    cpus: dict[tuple[str, str], list[tuple[float, float]]] = {}
     sizes: dict[str, int] = {}
     for rep in range(args.reps):
         for name, n in (("W1", args.w1), ("W2", args.w2)):
             for mode in (("off", "on") if rep % 2 == 0 else ("on", "off")):
-                dt, size = cell(name, n, mode == "on")
+                dt, size, head_us, client_us = cell(name, n, mode == "on")
                 times.setdefault((name, mode), []).append(dt)
+                cpus.setdefault((name, mode), []).append((head_us, client_us))
                 if mode == "on":
                     sizes[name] = size
                 print(f"rep {rep + 1} {name} journal {mode}: {dt:.2f} s", file=sys.stderr, flush=True)
@@ -157,22 +171,26 @@ def main() -> int:
     workdir = tempfile.mkdtemp(prefix="sjb")
     try:
         db = os.path.join(workdir, "keep.db")
-        first, _ = cell("W1", args.w1, True, keep=db)
+        first = cell("W1", args.w1, True, keep=db)[0]
         t0 = time.perf_counter()
         Journal(db).close()  # opening builds the lookup index of earlier results
         index_s = time.perf_counter() - t0
-        resumed, _ = cell("W1", args.w1, True, keep=db)
+        resumed = cell("W1", args.w1, True, keep=db)[0]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
     via = "Executor(journal=)" if NATIVE else "head --journal + client keys"
     print(f"\njournal bench ({via}; median of {args.reps}; {os.cpu_count()} cores)")
-    print(f"{'cell':<24}{'off s':>8}{'on s':>8}{'slower':>9}{'tasks/s on':>12}{'journal':>11}")
+    print(f"{'cell':<22}{'off s':>7}{'on s':>7}{'slower':>8}{'tasks/s on':>11}{'journal':>10}"
+          f"{'head us/task off/on':>21}{'client us/task off/on':>23}")
     for name, n in (("W1", args.w1), ("W2", args.w2)):
         off = statistics.median(times[(name, "off")])
         on = statistics.median(times[(name, "on")])
-        print(f"{f'{name} ({n} tasks)':<24}{off:>8.2f}{on:>8.2f}{(on / off - 1) * 100:>8.1f}%"
-              f"{n / on:>12.0f}{sizes[name] / 1e6:>9.1f} MB")
+        h_off, c_off = (statistics.median(x) for x in zip(*cpus[(name, "off")], strict=True))
+        h_on, c_on = (statistics.median(x) for x in zip(*cpus[(name, "on")], strict=True))
+        print(f"{f'{name} ({n} tasks)':<22}{off:>7.2f}{on:>7.2f}{(on / off - 1) * 100:>7.1f}%"
+              f"{n / on:>11.0f}{sizes[name] / 1e6:>7.1f} MB"
+              f"{f'{h_off:.1f} / {h_on:.1f}':>21}{f'{c_off:.1f} / {c_on:.1f}':>23}")
     print(f"W1 resumed from the journal: {resumed:.2f} s for {args.w1} tasks "
           f"(first run {first:.2f} s; opening the journal and indexing {args.w1} results "
           f"{index_s:.2f} s)")

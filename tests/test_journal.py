@@ -400,3 +400,91 @@ def test_journal_write_failure_mid_run_keeps_the_run_going(run, tmp_path):
     j = Journal(db)  # what was committed before the failure is still a valid journal
     assert 0 < j.resumable < len(specs)
     j.close()
+
+
+# ---- through the client: Executor(journal=...) ---------------------------------------
+
+needs_client_journal = pytest.mark.skipif(
+    "journal" not in __import__("inspect").signature(__import__("shoal").Executor).parameters,
+    reason="Executor(journal=) not here yet (the client's part of the journal)")
+
+
+def side_effect(path: str, i: int, delay: float = 0.0) -> int:
+    with open(path, "a") as fh:
+        fh.write(f"{i}\n")
+    time.sleep(delay)
+    return i * i
+
+
+@needs_client_journal
+def test_executor_journal_resumes_python_results(tmp_path):
+    from shoal import Executor
+
+    db, side = str(tmp_path / "run.db"), str(tmp_path / "side.txt")
+    with Executor(workers=2, journal=db) as ex:  # type: ignore[call-arg]
+        first = [f.result(60) for f in [ex.submit(side_effect, side, i) for i in range(20)]]
+        assert ex.stats()["from_journal"] == 0
+    with Executor(workers=2, journal=db) as ex:  # type: ignore[call-arg]
+        again = [ex.submit(side_effect, side, i) for i in range(20)]
+        changed = ex.submit(side_effect, side, 100)  # a new argument: a new task
+        assert [f.result(60) for f in again] == first == [i * i for i in range(20)]
+        assert changed.result(60) == 10000
+        assert ex.stats()["from_journal"] == 20
+    count = lines(tmp_path / "side.txt")
+    assert count == Counter({str(i): 1 for i in [*range(20), 100]})
+
+
+_PROGRAM = """
+import sys, time
+from shoal import Executor, as_completed
+
+def work(path, i):
+    with open(path, "a") as fh:
+        fh.write(f"{i}\\n")
+    time.sleep(0.1)
+    return i * i
+
+if __name__ == "__main__":
+    db, side = sys.argv[1], sys.argv[2]
+    with Executor(workers=2, journal=db) as ex:
+        futures = {ex.submit(work, side, i): i for i in range(60)}
+        for f in as_completed(futures):
+            print(futures[f], f.result(), flush=True)
+"""
+
+
+@needs_client_journal
+def test_kill_9_of_a_journaled_program_then_rerun(tmp_path):
+    prog = tmp_path / "prog.py"
+    prog.write_text(_PROGRAM)
+    db, side = str(tmp_path / "run.db"), tmp_path / "side.txt"
+    cmd = [PY, str(prog), db, str(side)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=str(tmp_path),
+                         env={**os.environ, "PYTHONPATH": ROOT, "TMPDIR": str(tmp_path)})
+    printed = []
+    for line in p.stdout:  # type: ignore[union-attr]
+        printed.append(int(line.split()[0]))
+        if len(printed) == 15:
+            break
+    p.kill()  # kill -9 of the program: its local head and agent follow it
+    p.wait()
+    p.stdout.close()  # type: ignore[union-attr]
+    deadline = time.monotonic() + 30
+    while summary_or_none(db) is None and time.monotonic() < deadline:
+        time.sleep(0.2)  # the head lets go of the journal when it is gone
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path), timeout=120,
+                       env={**os.environ, "PYTHONPATH": ROOT, "TMPDIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    results = dict(tuple(map(int, line.split())) for line in r.stdout.splitlines())
+    assert results == {i: i * i for i in range(60)}
+    count = lines(side)
+    assert all(count[str(i)] == 1 for i in printed)  # delivered before the kill: not rerun
+    assert all(count[str(i)] >= 1 for i in range(60))
+    assert sum(count.values()) - 60 <= 60 - len(printed)
+
+
+def summary_or_none(db: str) -> list[dict[str, Any]] | None:
+    try:
+        return summary(db)
+    except JournalError:
+        return None

@@ -108,9 +108,9 @@ class Head:
                     next_beat = now + HEARTBEAT_S
                     self._beat(now)
         finally:
+            self._stop_agents()
             if self.journal is not None:  # journal: commit the rest, note the run's end
                 self.journal.close()
-            self._stop_agents()
             sock.close(linger=500)
             self.ctx.term()
 
@@ -292,11 +292,14 @@ class Head:
         never saw counts as succeeded, so dependents of an answered task run."""
         journal = self.journal
         assert journal is not None
+        if not journal.resumable:  # nothing to look up: only note the keys
+            journal.submitted([key for spec in specs if (key := _journal_key(spec))])
+            return specs
         keyed = [(spec, key) for spec in specs if (key := _journal_key(spec))]
         if not keyed:
             return specs
         try:
-            found = journal.lookup([key for _spec, key in keyed]) if journal.resumable else {}
+            found = journal.lookup([key for _spec, key in keyed])
         except JournalError as exc:
             self._journal_failed(exc)
             return specs
