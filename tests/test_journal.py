@@ -162,6 +162,7 @@ class RawClient:
         self.sock.connect(conn.address)
         self.send([P.HELLO, "client", {}])
         welcome = self.recv(P.WELCOME, 30)
+        self.welcome: dict[str, Any] = welcome[1]
         self.origin = welcome[1]["origin"] << 32
         self.seq = 0
         self.results: dict[int, list[Any]] = {}
@@ -280,6 +281,7 @@ def test_kill_9_of_the_head_then_resume(run, tmp_path):
     conn, head = run.head(db)
     agent = run.agent(conn)
     c1 = RawClient(conn)
+    assert c1.welcome["journal"] is True  # clients in connect mode then send keys
     first = tasks(c1)
     c1.submit(first)
     c1.wait_results(10)
@@ -370,6 +372,36 @@ def test_head_refuses_a_file_that_is_not_a_journal(run, tmp_path):
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 2 and "is not a shoal journal" in r.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_shoal_head_journal(run, tmp_path):
+    db, side = str(tmp_path / "run.db"), tmp_path / "side.txt"
+    for attempt in (1, 2):
+        connfile = tmp_path / f"s{attempt}.json"
+        head = subprocess.Popen([PY, "-m", "shoal", "head", "--connection-file", str(connfile),
+                                 "--bind", "tcp://127.0.0.1:0", "--journal", db],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                cwd=ROOT)
+        run.procs.append(head)
+        deadline = time.monotonic() + 60
+        while not connfile.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        conn = Connection.read(str(connfile))
+        run.n += 1
+        os.replace(connfile, tmp_path / f"c{run.n}.json")  # where run.agent looks
+        agent = run.agent(conn)
+        client = RawClient(conn)
+        specs = [client.command(f"echo {i} >> {side}", f"L{i}") for i in range(3)]
+        client.submit(specs)
+        client.wait_results(3)
+        stats = client.stats()
+        client.close()
+        run.stop(agent)
+        run.stop(head)
+        assert stats["from_journal"] == (0 if attempt == 1 else 3)
+        assert head.returncode == 0, head.stderr.read()
+    assert lines(side) == Counter({"0": 1, "1": 1, "2": 1})
+    assert [(r["run"], r["ok"], r["reused"]) for r in summary(db)] == [(1, 3, 0), (2, 0, 3)]
 
 
 def _small_files() -> None:
