@@ -50,6 +50,8 @@ APPLICATION_ID = 0x53484F4C  # "SHOL": marks the file as a shoal journal
 VERSION = 1                  # schema version this code writes and reads
 LOOKUP_CHUNK = 500           # keys per SELECT ... IN (...) when resuming
 OK = 0                       # protocol.OK (not imported: this module has no dependencies)
+LOCK_WAIT_S = 10.0           # how long to wait for a head that still holds the file: the
+                             # previous run's head may be exiting while its program reruns
 
 _SCHEMA = (
     "CREATE TABLE runs(run INTEGER PRIMARY KEY, started REAL NOT NULL, ended REAL, "
@@ -72,7 +74,7 @@ class Journal:
     that turn's results. Every method raises :class:`JournalError`, never ``sqlite3.Error``.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, lock_wait: float = LOCK_WAIT_S) -> None:
         self.path = path
         self.run = 0            # this run's number in the file: 1 for a new journal
         self.resumable = 0      # OK results from earlier runs (0: lookups are skipped)
@@ -80,7 +82,7 @@ class Journal:
         self._subs: list[str] = []
         self._done: list[tuple[str, int, Any]] = []
         try:
-            self.db = sqlite3.connect(path, timeout=0.2, isolation_level=None)
+            self.db = sqlite3.connect(path, timeout=lock_wait, isolation_level=None)
         except sqlite3.Error as exc:
             raise JournalError(f"cannot open journal {path!r}: {exc}") from None
         try:
@@ -89,7 +91,8 @@ class Journal:
             self.db.close()
             why = str(exc)
             if "locked" in why or "busy" in why:
-                raise JournalError(f"journal {path!r} is in use by another shoal head") from None
+                raise JournalError(f"journal {path!r} is in use by another shoal head "
+                                   f"(still after {lock_wait:g} s)") from None
             if "not a database" in why:
                 raise JournalError(f"{path!r} is not a shoal journal (not an SQLite file)") from None
             raise JournalError(f"cannot open journal {path!r}: {why}") from None
