@@ -520,3 +520,35 @@ def summary_or_none(db: str) -> list[dict[str, Any]] | None:
         return summary(db)
     except JournalError:
         return None
+
+
+def test_kill_9_of_shoal_run_then_the_same_command(tmp_path):
+    help_text = subprocess.run([PY, "-m", "shoal", "run", "--help"], capture_output=True,
+                               text=True, cwd=ROOT, timeout=60).stdout
+    if "--journal" not in help_text:
+        pytest.skip("shoal run --journal not here yet (the client's part of the journal)")
+    side = tmp_path / "side.txt"
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text("".join(f"echo {i} >> {side}; sleep 0.1; echo done-{i}\n" for i in range(40)))
+    cmd = [PY, "-m", "shoal", "run", "--journal", str(tmp_path / "run.db"), "-j", "2",
+           "--no-summary", str(tasks)]
+    env = {**os.environ, "PYTHONPATH": ROOT, "TMPDIR": str(tmp_path)}
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                         cwd=str(tmp_path), env=env)
+    printed = []
+    for line in p.stdout:  # type: ignore[union-attr]
+        printed.append(int(line.split("-")[1]))
+        if len(printed) == 12:
+            break
+    p.kill()  # kill -9 of the run: its local head and agent follow it
+    p.wait()
+    p.stdout.close()  # type: ignore[union-attr]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=str(tmp_path), env=env,
+                       timeout=180)
+    assert r.returncode == 0, r.stderr
+    # every line's output, the journal's ones included
+    assert sorted(r.stdout.split()) == sorted(f"done-{i}" for i in range(40))
+    count = lines(side)
+    assert all(count[str(i)] == 1 for i in printed)  # done before the kill: not rerun
+    assert all(count[str(i)] >= 1 for i in range(40))
+    assert sum(count.values()) - 40 <= 40 - len(printed)  # only lines running at the kill
