@@ -44,7 +44,7 @@ def test_fresh_journal_then_resume(tmp_path):
     assert j.lookup(["a", "b", "c", "never"]) == {"a": b"result-a"}
     j.submitted(["b", "c"])
     j.finished([("b", P.OK, b"result-b"), ("c", P.ERR, b"again")])
-    j.reused = 1
+    j.answered(1)
     j.commit()
     # this run's own results are not answers for this run (only earlier runs count)
     assert j.lookup(["b"]) == {}

@@ -25,9 +25,10 @@ Cost model (why it looks like this):
 File format (``PRAGMA application_id`` = 0x53484F4C "SHOL", ``PRAGMA user_version`` =
 :data:`VERSION`)::
 
-    runs(run INTEGER PRIMARY KEY, started REAL, ended REAL, pid INTEGER, host TEXT,
-         reused INTEGER)            -- one row per head that opened the file
+    runs(run INTEGER PRIMARY KEY, started REAL, ended REAL, pid INTEGER, host TEXT)
+                                    -- one row per head that opened the file
     turns(run INTEGER, t REAL, n_submitted INTEGER, n_ok INTEGER, n_failed INTEGER,
+          n_reused INTEGER,         -- tasks answered from earlier runs in this turn
           submitted BLOB,           -- msgpack [key, ...]: keyed tasks handed to the scheduler
           finished BLOB)            -- msgpack [[key, status, payload], ...]: resolved tasks,
                                     --   payload only for status 0 (OK), else nil
@@ -55,9 +56,10 @@ LOCK_WAIT_S = 10.0           # how long to wait for a head that still holds the 
 
 _SCHEMA = (
     "CREATE TABLE runs(run INTEGER PRIMARY KEY, started REAL NOT NULL, ended REAL, "
-    "pid INTEGER, host TEXT, reused INTEGER NOT NULL DEFAULT 0)",
+    "pid INTEGER, host TEXT)",
     "CREATE TABLE turns(run INTEGER NOT NULL, t REAL NOT NULL, n_submitted INTEGER NOT NULL, "
-    "n_ok INTEGER NOT NULL, n_failed INTEGER NOT NULL, submitted BLOB, finished BLOB)",
+    "n_ok INTEGER NOT NULL, n_failed INTEGER NOT NULL, n_reused INTEGER NOT NULL, "
+    "submitted BLOB, finished BLOB)",
 )
 _packb = msgpack.Packer(use_bin_type=True).pack
 
@@ -81,6 +83,7 @@ class Journal:
         self.reused = 0         # tasks this run answered from the journal
         self._subs: list[str] = []
         self._done: list[tuple[str, int, Any]] = []
+        self._reused = 0        # answered since the last commit
         try:
             self.db = sqlite3.connect(path, timeout=lock_wait, isolation_level=None)
         except sqlite3.Error as exc:
@@ -151,7 +154,7 @@ class Journal:
         add = db.cursor()
         for (blob,) in turns:
             add.executemany("INSERT INTO temp.earlier VALUES (?, ?)",
-                            [(k, p) for k, s, p in _unpack(blob) if s == OK and p is not None])
+                            [(k, p) for k, s, p in _unpack(blob) if s == OK and isinstance(p, bytes)])
         db.execute("CREATE TEMP TABLE prev(key TEXT PRIMARY KEY, rid INTEGER NOT NULL) WITHOUT ROWID")
         db.execute("INSERT INTO temp.prev SELECT key, max(rowid) FROM temp.earlier GROUP BY key")
         db.execute("COMMIT")
@@ -182,16 +185,22 @@ class Journal:
         """Buffer: these keyed tasks resolved, as (key, status, payload)."""
         self._done.extend(items)
 
+    def answered(self, n: int) -> None:
+        """Buffer: ``n`` tasks were answered from earlier runs (counted, not listed)."""
+        self.reused += n
+        self._reused += n
+
     @property
     def pending(self) -> bool:
-        return bool(self._subs or self._done)
+        return bool(self._subs or self._done or self._reused)
 
     def commit(self) -> None:
         """Write everything buffered in one transaction (no fsync: see module docstring)."""
-        if not (self._subs or self._done):
+        if not (self._subs or self._done or self._reused):
             return
         subs, self._subs = self._subs, []
         done, self._done = self._done, []
+        reused, self._reused = self._reused, 0
         n_ok = 0
         for item in done:
             if item[1] == OK:
@@ -200,14 +209,14 @@ class Journal:
             if n_ok < len(done):  # failures: their payloads are not kept
                 done = [(k, s, p if s == OK else None) for k, s, p in done]
             finished = _packb(done) if done else None
-            row = (self.run, time.time(), len(subs), n_ok, len(done) - n_ok,
+            row = (self.run, time.time(), len(subs), n_ok, len(done) - n_ok, reused,
                    _packb(subs) if subs else None, finished)
         except (TypeError, ValueError):  # a payload that is not bytes: keep the keys only
             done = [(k, s, p if s == OK and isinstance(p, bytes) else None) for k, s, p in done]
-            row = (self.run, time.time(), len(subs), n_ok, len(done) - n_ok,
+            row = (self.run, time.time(), len(subs), n_ok, len(done) - n_ok, reused,
                    _packb(subs) if subs else None, _packb(done) if done else None)
         try:
-            self.db.execute("INSERT INTO turns VALUES (?, ?, ?, ?, ?, ?, ?)", row)
+            self.db.execute("INSERT INTO turns VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
         except sqlite3.Error as exc:
             raise JournalError(f"journal {self.path!r}: cannot write: {exc}") from None
 
@@ -215,8 +224,7 @@ class Journal:
         """Commit what is buffered, note the run's end, release the file."""
         try:
             self.commit()
-            self.db.execute("UPDATE runs SET ended = ?, reused = ? WHERE run = ?",
-                            (time.time(), self.reused, self.run))
+            self.db.execute("UPDATE runs SET ended = ? WHERE run = ?", (time.time(), self.run))
         except (sqlite3.Error, JournalError):
             pass  # the rows already committed are what counts; the end time is a courtesy
         finally:
@@ -252,7 +260,8 @@ def summary(path: str) -> list[dict[str, Any]]:
 
 def _summary(db: sqlite3.Connection) -> list[dict[str, Any]]:
     rows = db.execute(
-        "SELECT r.run, r.started, r.ended, r.reused, coalesce(sum(t.n_submitted), 0), "
+        "SELECT r.run, r.started, r.ended, coalesce(sum(t.n_reused), 0), "
+        "coalesce(sum(t.n_submitted), 0), "
         "coalesce(sum(t.n_ok), 0), coalesce(sum(t.n_failed), 0) "
         "FROM runs AS r LEFT JOIN turns AS t ON t.run = r.run "
         "GROUP BY r.run ORDER BY r.run").fetchall()

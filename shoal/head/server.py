@@ -365,7 +365,7 @@ class Head:
                     out.append([spec[P.T_ID], P.OK, payload, 0, None])
                     answered.add(spec[P.T_ID])
             self.from_journal += len(answered)
-            journal.reused += len(answered)
+            journal.answered(len(answered))
             specs = [spec for spec in specs if spec[P.T_ID] not in answered]
             keyed = [(spec, key) for spec, key in keyed if spec[P.T_ID] not in answered]
         journal.submitted([key for _spec, key in keyed])
