@@ -90,6 +90,8 @@ def test_not_a_journal(tmp_path):
     text.write_text("hello, this is not SQLite at all\n" * 100)
     with pytest.raises(JournalError, match=r"notes.txt' is not a shoal journal \(not an SQLite"):
         Journal(str(text))
+    with pytest.raises(JournalError, match=r"notes.txt' is not a shoal journal \(not an SQLite"):
+        summary(str(text))
     other = tmp_path / "other.db"
     with closing(sqlite3.connect(other)) as db:
         db.execute("CREATE TABLE t(x)")

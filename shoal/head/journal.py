@@ -253,6 +253,8 @@ def summary(path: str) -> list[dict[str, Any]]:
             raise JournalError(f"{path!r} is not a shoal journal")
         return _summary(db)
     except sqlite3.Error as exc:
+        if "not a database" in str(exc):
+            raise JournalError(f"{path!r} is not a shoal journal (not an SQLite file)") from None
         raise JournalError(f"cannot read journal {path!r}: {exc}") from None
     finally:
         db.close()
