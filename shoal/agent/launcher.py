@@ -19,6 +19,7 @@ when it exits, with a line saying how much there was.
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import signal
@@ -139,6 +140,11 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str]) 
     except OSError as exc:
         for fd in captures.values():
             os.close(fd)
+        if exc.errno == errno.E2BIG:  # e.g. a task-file line over MAX_ARG_STRLEN
+            size = max(len(os.fsencode(a)) for a in argv)
+            raise LaunchError(f"the command is too long to run ({limits.format_size(size)} in one "
+                              "argument; Linux takes at most 128 KiB in one and about 2 MiB in "
+                              "all)") from None
         raise LaunchError(f"cannot start {argv[0]!r}: {exc.strerror}") from None
     finally:
         for fd in opened:

@@ -274,7 +274,7 @@ class WorkerContext:
         if cap is not None and len(out) > cap:  # refused here, not carried to the client
             what = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
             if kind != P.PY:
-                what = f"a chunk of {len(value)} calls of {what}"
+                what = f"{what} (a chunk of {len(value)} calls)"
             err = limits.result_too_large(what, len(out), cap)
             del out, value
             self._result(tid, P.ERR, exception_payload(err, ""))
