@@ -141,16 +141,25 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str]) 
         for fd in captures.values():
             os.close(fd)
         if exc.errno == errno.E2BIG:  # e.g. a task-file line over MAX_ARG_STRLEN
-            size = max(len(os.fsencode(a)) for a in argv)
-            raise LaunchError(f"the command is too long to run ({limits.format_size(size)} in one "
-                              "argument; Linux takes at most 128 KiB in one and about 2 MiB in "
-                              "all)") from None
+            raise LaunchError(_too_long(argv, env)) from None
         raise LaunchError(f"cannot start {argv[0]!r}: {exc.strerror}") from None
     finally:
         for fd in opened:
             os.close(fd)
     pidfd = os.pidfd_open(pid)
     return Running(tid, pid, pidfd, spec, cores, time.monotonic(), captures, popen=popen)
+
+
+def _too_long(argv: list[str], env: dict[str, str]) -> str:
+    """Why exec refused ``argv`` with E2BIG, in words."""
+    longest = max(len(os.fsencode(a)) for a in argv)
+    if longest >= 128 << 10:  # MAX_ARG_STRLEN: 32 pages, for any one string
+        return (f"the command is too long to run ({limits.format_size(longest)} in one argument; "
+                "Linux takes at most 128 KiB in one)")
+    total = sum(len(os.fsencode(a)) + 1 for a in argv) + sum(
+        len(os.fsencode(k)) + len(os.fsencode(v)) + 2 for k, v in env.items())
+    return (f"the command and its environment are too long to run ({limits.format_size(total)}; "
+            "Linux takes a quarter of the stack limit, often 2 MiB)")
 
 
 _resolved: dict[tuple[str, str], str] = {}
