@@ -13,6 +13,7 @@ import dataclasses
 import itertools
 import math
 import os
+import socket
 import threading
 import time
 import weakref
@@ -336,7 +337,8 @@ class Executor(cf.Executor):
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(efd, zmq.POLLIN)
-        sock.send_multipart(codec.encode([P.HELLO, "client", {"pid": os.getpid()}]))
+        sock.send_multipart(codec.encode([P.HELLO, "client", {"pid": os.getpid(),
+                                                               "host": socket.gethostname()}]))
         last_heard = last_beat = time.monotonic()
         futures = self._futures
         try:
