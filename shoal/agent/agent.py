@@ -1,12 +1,19 @@
 """The node agent: one per node. Slots, warm Python workers, command launcher.
 
 One thread, one poll loop over: the DEALER to the head, the ROUTER to its workers,
-each worker's pidfd (death), each command's pidfd and output pipes. Everything that goes
-out is batched per turn of the loop.
+each worker's pidfd (death), an epoll set of running commands' pidfds, and a pipe that
+signals wake it through. Everything that goes out is batched per turn of the loop.
 
 Credit: the agent tells the head how many cores' worth of tasks it can take (its slots x
 (1 + prefetch) at first; then what finishes, and what blocks waiting on sub-tasks). Workers
 pull from the agent the same way, so prefetched tasks sit next to the core that runs them.
+
+Failures (protocol.py, docs/failures.md): every result carries the attempt of the spec it
+ran. The agent sends HEARTBEAT when it sent nothing else for heartbeat_s and gives up on a
+head silent for timeout_s (exit status 3, or with ``reconnect`` waits for a new head on the
+same connection file). EVICTED (the head declared it lost) drops everything it holds. Time
+limits, cancels of running tasks, the drain and one-client-per-worker live in
+``shoal.agent.stopping``, which this class mixes in.
 """
 
 from __future__ import annotations
@@ -30,12 +37,19 @@ import zmq
 
 from shoal._sys import alive, set_parent_death_signal
 from shoal.agent import launcher
+from shoal.agent.failures import OomWatch, failure_info, text_info
+from shoal.agent.stopping import Stopping
 from shoal.transport import protocol as P
+from shoal.transport.connfile import Connection
 
 log = logging.getLogger("shoal.agent")
 
-HEARTBEAT_S = 1.0
-HEAD_TIMEOUT_S = 60.0
+HEARTBEAT_S = 1.0       # until WELCOME says otherwise
+HEAD_TIMEOUT_S = 8.0    # until WELCOME says otherwise
+# A turn of the loop that took this much longer than its poll asked for means this process
+# was frozen (SIGSTOP, a paused VM): the head's silence meanwhile proves nothing.
+FREEZE_SLACK_S = 1.0
+EXIT_OK, EXIT_BAD_ARGS, EXIT_HEAD_LOST = 0, 2, 3
 # Adaptive prefetch from per-function run-time statistics: a worker is sent tasks until
 # about QUEUE_TARGET_S of estimated work waits for it (a function not seen yet counts as
 # that long by itself), so tiny tasks travel in big batches and long ones stay balanced.
@@ -46,18 +60,30 @@ QUEUE_MAX = 1000
 # and a message per result would cost the head and the client more than the commands.
 RESULTS_DELAY_S = 0.002
 RESULTS_BATCH = 256
+SLOT_BYTES = 16   # per worker in running_slots: int64 task id, float64 monotonic start
+OWNER_SCAN = 256  # queued tasks a worker bound to one client looks through for its own
+
+
+def spec_attempt(spec: list[Any]) -> int | None:
+    return spec[P.T_ATTEMPT] if len(spec) > P.T_ATTEMPT else None
+
+
+def spec_owner(spec: list[Any]) -> int | None:
+    return spec[P.T_OWNER] if len(spec) > P.T_OWNER else None
 
 
 class WorkerHandle:
-    __slots__ = ("index", "ident", "pid", "pidfd", "origin", "credit", "tasks", "blocked",
-                 "sent_fids", "ready", "said_hello", "est", "queued_s")
+    __slots__ = ("index", "ident", "pid", "pidfd", "origin", "incarnation", "credit", "tasks",
+                 "blocked", "sent_fids", "ready", "said_hello", "est", "queued_s", "owner",
+                 "doomed", "timed", "started")
 
-    def __init__(self, index: int, ident: bytes, pid: int, origin: int) -> None:
+    def __init__(self, index: int, ident: bytes, pid: int, incarnation: int) -> None:
         self.index = index
         self.ident = ident
         self.pid = pid
         self.pidfd = os.pidfd_open(pid)
-        self.origin = origin
+        self.incarnation = incarnation  # its origin is the head's base plus this
+        self.origin = 0
         self.credit = 0
         self.tasks: OrderedDict[int, list[Any]] = OrderedDict()  # in the order sent
         self.blocked: set[int] = set()
@@ -66,13 +92,17 @@ class WorkerHandle:
         self.said_hello = False
         self.est: dict[int, float] = {}   # tid -> estimated run time when sent
         self.queued_s = 0.0
+        self.owner: int | None = None     # the client whose tasks it runs (None: fresh)
+        self.doomed = False               # killed by the agent: nothing it says counts
+        self.timed: dict[int, float] = {}    # tid -> time limit, for tasks that have one
+        self.started: dict[int, float] = {}  # timed tid -> when it started (seen running)
 
     @property
     def busy(self) -> bool:
         return len(self.tasks) > len(self.blocked)
 
 
-class Agent:
+class Agent(Stopping):
     def __init__(
         self,
         address: str,
@@ -82,19 +112,36 @@ class Agent:
         name: str | None = None,
         owner_pid: int | None = None,
         sys_path: list[str] | None = None,
+        *,
+        connection_file: str | None = None,
+        reconnect: float = 0.0,
+        kill_grace: float = 3.0,
+        drain_timeout: float = 60.0,
+        walltime: float | None = None,
     ) -> None:
         self.address = address
         self.key = key
         self.codec = P.Codec(key)
+        # the workers' channel keeps the key they were forked with, whatever the head's
+        self.worker_key = key
+        self.wcodec = P.Codec(key)
         self.slots = slots or os.cpu_count() or 1
         self.nworkers = self.slots if workers is None else min(workers, self.slots)
         host = socket.gethostname()
         self.name = name or f"agent-{host}-{os.getpid()}-{secrets.token_hex(2)}"
         self.owner_pid = owner_pid
         self.sys_path = sys_path
+        self.connection_file = connection_file
+        self.reconnect = reconnect
+        self.kill_grace = kill_grace
+        self.drain_timeout = drain_timeout
+        self.walltime = walltime
         self.prefetch = 1
         self.origin_base = 0
         self.incarnations = 0
+        self.heartbeat_s = HEARTBEAT_S
+        self.timeout_s = HEAD_TIMEOUT_S
+        self.exit_code = EXIT_OK
         self.workers: dict[bytes, WorkerHandle] = {}
         self.by_pidfd: dict[int, WorkerHandle] = {}
         self.by_origin: dict[int, WorkerHandle] = {}
@@ -119,47 +166,60 @@ class Agent:
         self.out_submit: list[list[Any]] = []
         self.out_funcs: dict[int, bytes] = {}
         self.out_workers: dict[bytes, list[list[Any]]] = {}
+        self._child_results: dict[bytes, list[list[Any]]] = {}
         self.running = True
         self.head_gone = False
         self.welcomed = False
         self.base_env = dict(os.environ)
-        # One int64 per worker index, shared with the (forked) workers: the task each runs
-        # now, so a worker's death is charged to the task that was running, exactly.
-        self.running_slots = mmap.mmap(-1, 8 * self.slots)
+        # Per worker index, shared with the (forked) workers: the task it runs now and
+        # since when, so a worker's death is charged to the task that was running, exactly,
+        # and a time limit holds whatever the task does (even stuck in C code).
+        self.running_slots = mmap.mmap(-1, SLOT_BYTES * self.slots)
         self.tmpdir = tempfile.mkdtemp(prefix="shoal-agent-")
         self.worker_endpoint = f"ipc://{self.tmpdir}/workers"
         self.ctx: zmq.Context | None = None
+        self.head: zmq.Socket | None = None
         self.poller = zmq.Poller()
+        self.oom = OomWatch()
+        self.sent_at = time.monotonic()
+        self.head_seen = time.monotonic()
+        self.reconnect_until: float | None = None
+        self.connects = 0
+        self._init_stopping()
 
     # ---- workers --------------------------------------------------------------------
     def _spawn_worker(self, index: int) -> WorkerHandle:
         self.incarnations += 1
-        origin = self.incarnations  # offset from the head-given base, fixed at WELCOME
         ident = f"w{index}.{self.incarnations}".encode()
         sys.stdout.flush()
         sys.stderr.flush()
         os.environ["SHOAL_AGENT_PID"] = str(os.getpid())  # the worker checks it still has us
+        struct.pack_into("qd", self.running_slots, SLOT_BYTES * index, 0, 0.0)
         pid = os.fork()
         if pid == 0:  # child: becomes a warm worker, never returns
             try:
                 from shoal.agent.worker import worker_main
 
-                worker_main(self.worker_endpoint, self.key, ident, self.sys_path,
-                            self.running_slots, 8 * index)
+                worker_main(self.worker_endpoint, self.worker_key, ident, self.sys_path,
+                            self.running_slots, SLOT_BYTES * index)
             finally:
                 os._exit(1)
-        w = WorkerHandle(index, ident, pid, origin)
+        w = WorkerHandle(index, ident, pid, self.incarnations)
         self.workers[ident] = w
         self.by_pidfd[w.pidfd] = w
         self.poller.register(w.pidfd, zmq.POLLIN)
         return w
 
     def _welcome_worker(self, w: WorkerHandle) -> None:
-        # Called once both the head (origin base) and the worker (HELLO) are there.
-        if w.ready or not self.welcomed or not getattr(w, "said_hello", False):
+        # Called once both the head (origin base) and the worker (HELLO) are there, and
+        # again after a new WELCOME (a new origin range: sub-task ids must stay unique).
+        if not self.welcomed or not w.said_hello or w.doomed:
             return
+        if w.ready and w.origin == self.origin_base + w.incarnation:
+            return
+        self.by_origin.pop(w.origin, None)
         w.ready = True
-        w.origin = self.origin_base + w.origin
+        w.origin = self.origin_base + w.incarnation
         self.by_origin[w.origin] = w
         self._send_worker(w, [P.WELCOME, {"origin": w.origin, "prefetch": self.prefetch}])
 
@@ -172,6 +232,37 @@ class Agent:
                 self._spawn_worker(index)
                 n -= 1
 
+    def _running_in(self, w: WorkerHandle) -> int:
+        """The agent task worker ``w`` runs at this moment (0: none)."""
+        return struct.unpack_from("q", self.running_slots, SLOT_BYTES * w.index)[0]
+
+    def _kill_worker(self, w: WorkerHandle) -> tuple[list[list[Any]], list[list[Any]]]:
+        """SIGKILL a worker the agent gives up on; it forgets every task the worker held.
+
+        Returns (specs of the tasks it had started: running or waiting on sub-tasks, specs
+        of those it held but had not started). A fresh worker replaces it once it is dead.
+        """
+        running = self._running_in(w)
+        started, unstarted = [], []
+        for t, spec in w.tasks.items():
+            (started if t in w.blocked or t == running or t in w.started else unstarted
+             ).append(spec)
+        w.doomed = True
+        w.ready = False
+        w.tasks.clear()
+        w.blocked.clear()
+        w.est.clear()
+        w.timed.clear()
+        w.started.clear()
+        w.queued_s = 0.0
+        self._child_results.pop(w.ident, None)
+        self.out_workers.pop(w.ident, None)
+        try:
+            os.kill(w.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return started, unstarted
+
     def _worker_died(self, w: WorkerHandle) -> None:
         try:
             _, status = os.waitpid(w.pid, 0)
@@ -182,8 +273,14 @@ class Agent:
         os.close(w.pidfd)
         del self.by_pidfd[w.pidfd]
         self.workers.pop(w.ident, None)
-        self.by_origin.pop(w.origin, None)
+        if self.by_origin.get(w.origin) is w:
+            del self.by_origin[w.origin]
+        self._worker_gone(w)
         if not self.running:
+            return
+        if w.doomed:  # the agent killed it and already settled its tasks
+            if not self.draining:
+                self._spawn_worker(w.index)
             return
         if code is None:
             how = "died"
@@ -193,37 +290,55 @@ class Agent:
             except ValueError:
                 signame = str(-code)
             how = f"was killed by signal {-code} ({signame})"
+            if code == -signal.SIGKILL and self.oom.struck():
+                how += "; the out-of-memory killer killed it (memory.events oom_kill rose)"
         else:
             how = f"exited with status {code}"
         why = f"worker {w.index} (pid {w.pid}) on {self.name} {how} while running this task"
         # Lost: the task it was running (from the shared slot) and the ones it had parked
         # waiting on sub-tasks. Everything else it held had not started or had finished
         # with its result still in flight: those run again.
-        running = struct.unpack_from("q", self.running_slots, 8 * w.index)[0]
-        struct.pack_into("q", self.running_slots, 8 * w.index, 0)
-        lost = [t for t in w.tasks if t in w.blocked or t == running]
-        requeue = [spec for t, spec in w.tasks.items() if t not in w.blocked and t != running]
-        for tid in lost:
-            self._result_to_head([tid, P.LOST, why.encode(), None])
-        for spec in reversed(requeue):
-            (self.pinned.setdefault(spec[6], deque()) if spec[6] >= 0 else self.py_queue
-             ).appendleft(spec)
+        running = self._running_in(w)
+        struct.pack_into("q", self.running_slots, SLOT_BYTES * w.index, 0)
+        for tid, spec in w.tasks.items():
+            if tid in w.blocked or tid == running or tid in w.started:
+                self._result_to_head([tid, P.LOST, why.encode(), spec_attempt(spec),
+                                      text_info(why)])
+        self._requeue_front([spec for t, spec in w.tasks.items()
+                             if t not in w.blocked and t != running and t not in w.started])
         log.warning("%s", why)
-        self._spawn_worker(w.index)
+        if not self.draining:
+            self._spawn_worker(w.index)
+
+    def _requeue_front(self, specs: list[list[Any]]) -> None:
+        """Put tasks a worker held but had not started back at the front, in order."""
+        if self.draining:  # leaving: they go back to the head instead
+            self.out_return.extend(s[0] for s in specs)
+            return
+        for spec in reversed(specs):
+            hint = spec[P.T_HINT]
+            (self.pinned.setdefault(hint % self.slots, deque()) if hint >= 0 else self.py_queue
+             ).appendleft(spec)
 
     # ---- messages from the head -------------------------------------------------------
     def _from_head(self, msg: list[Any]) -> None:
         kind = msg[0]
         if kind == P.TASKS:
+            if not self.welcomed:
+                log.warning("dropped %d tasks sent before this agent was welcomed", len(msg[1]))
+                return
             if msg[2]:
                 self.func_blobs.update(msg[2])
+            if self.draining:  # in flight when DRAIN left: straight back
+                self.out_return.extend(spec[P.T_ID] for spec in msg[1])
+                return
             need_workers = False
             for spec in msg[1]:
-                if spec[1] == P.CMD:
+                if spec[P.T_KIND] == P.CMD:
                     self.cmd_queue.append(spec)
                 else:
                     need_workers = True
-                    hint = spec[6]
+                    hint = spec[P.T_HINT]
                     if hint >= 0:
                         self.pinned.setdefault(hint % self.slots, deque()).append(spec)
                     else:
@@ -233,58 +348,68 @@ class Agent:
         elif kind == P.RESULTS:
             for item in msg[1]:
                 w = self.by_origin.get(item[0] >> 32)
-                if w is not None:
-                    self._queue_child_result(w, item)
+                if w is not None and not w.doomed:
+                    self._child_results.setdefault(w.ident, []).append(item)
         elif kind == P.WELCOME:
-            info = msg[1]
-            self.welcomed = True
-            self.prefetch = int(info.get("prefetch", 1))
-            self.origin_base = int(info["origin"])
-            for w in list(self.workers.values()):
-                self._welcome_worker(w)
+            self._welcomed(msg[1])
         elif kind == P.CANCEL:
-            if msg[1]:  # a client's cancel: drop what has not started, say which
-                self._send_head([P.CANCEL, msg[1], self._drop_queued(set(msg[2]))])
-            else:       # the owner is gone: stop them wherever they are
-                self._revoke(set(msg[2]))
+            stopped = self._stop_tasks(set(msg[2]))
+            if msg[1]:  # a client's cancel: say which were dropped or stopped here
+                self._send_head([P.CANCEL, msg[1], stopped])
+        elif kind == P.EVICTED:
+            if self.welcomed:
+                self._evicted(str(msg[1]) if len(msg) > 1 else "declared lost")
         elif kind == P.SHUTDOWN:
             self.running = False
             self.head_gone = True
         elif kind == P.HEARTBEAT:
             pass
 
-    def _queue_child_result(self, w: WorkerHandle, item: list[Any]) -> None:
-        self._child_results.setdefault(w.ident, []).append(item)
+    def _welcomed(self, info: dict[str, Any]) -> None:
+        self.welcomed = True
+        self.reconnect_until = None
+        self.prefetch = int(info.get("prefetch", 1))
+        self.origin_base = int(info["origin"])
+        self.heartbeat_s = float(info.get("heartbeat_s") or HEARTBEAT_S)
+        self.timeout_s = float(info.get("timeout_s") or HEAD_TIMEOUT_S)
+        self.sent_window = -1   # the first credit: every slot plus its prefetch
+        for w in list(self.workers.values()):
+            self._welcome_worker(w)
 
-    def _drop_queued(self, tids: set[int]) -> list[int]:
-        dropped = [s[0] for s in self.py_queue if s[0] in tids]
-        dropped += [s[0] for s in self.cmd_queue if s[0] in tids]
-        for q in self.pinned.values():
-            dropped += [s[0] for s in q if s[0] in tids]
-        if dropped:
-            gone = set(dropped)
-            self.py_queue = deque(s for s in self.py_queue if s[0] not in gone)
-            self.cmd_queue = deque(s for s in self.cmd_queue if s[0] not in gone)
-            for q in self.pinned.values():
-                kept = [s for s in q if s[0] not in gone]
-                q.clear()
-                q.extend(kept)
-        return dropped
-
-    def _revoke(self, tids: set[int]) -> None:
-        self._drop_queued(tids)
-        for run in list(self.commands.values()):
-            if run.tid in tids:
+    def _drop_all(self) -> int:
+        """Forget every task this agent holds: kill running commands and the workers that
+        hold tasks (fresh ones replace them); nothing about them is sent afterwards."""
+        held = len(self.py_queue) + len(self.cmd_queue) + sum(map(len, self.pinned.values()))
+        self.py_queue.clear()
+        self.cmd_queue.clear()
+        self.pinned.clear()
+        for run in self.commands.values():
+            if run.stopping != "drop":
+                held += 1
+                run.stopping = "drop"
                 launcher.kill(run)
-        for w in self.workers.values():
-            hit = [t for t in w.tasks if t in tids]
-            if hit:
-                self._send_worker(w, [P.CANCEL, 0, hit])
+        for w in list(self.workers.values()):
+            if w.tasks and not w.doomed:
+                held += len(w.tasks)
+                self._kill_worker(w)
+        self.out_results.clear()
+        self.out_submit.clear()
+        self.out_funcs.clear()
+        self.out_return.clear()
+        self._child_results.clear()
+        return held
+
+    def _evicted(self, reason: str) -> None:
+        held = self._drop_all()
+        log.warning("evicted by the head (%s): dropped %d tasks; joining again as a new agent",
+                    reason, held)
+        self.welcomed = False
+        self._hello()
 
     # ---- messages from workers ----------------------------------------------------------
     def _from_worker(self, ident: bytes, msg: list[Any]) -> None:
         w = self.workers.get(ident)
-        if w is None:
+        if w is None or w.doomed:
             return
         kind = msg[0]
         if kind == P.HELLO:
@@ -293,8 +418,14 @@ class Agent:
         elif kind == P.RESULTS:
             tasks, est = w.tasks, w.est
             for item in msg[1]:
-                tasks.pop(item[0], None)
+                spec = tasks.pop(item[0], None)
+                if spec is None:  # stopped or handed back meanwhile: not ours to send
+                    continue
                 w.queued_s -= est.pop(item[0], 0.0)
+                if w.timed:
+                    w.timed.pop(item[0], None)
+                    w.started.pop(item[0], None)
+                item[P.R_ATTEMPT] = spec_attempt(spec)
                 self.out_results.append(item)
             if not tasks:
                 w.queued_s = 0.0
@@ -314,12 +445,21 @@ class Agent:
                 if ev > 0:
                     if ev in w.tasks:
                         w.blocked.add(ev)
+                        if ev in w.timed and ev not in w.started:
+                            w.started[ev] = time.monotonic()  # began before we looked
                 else:
                     w.blocked.discard(-ev)
         elif kind == P.SUBMIT:
+            owner = w.owner
+            for spec in msg[1]:  # a tree keeps its client
+                if len(spec) < P.TASK_LEN:
+                    spec.extend([None] * (P.TASK_LEN - len(spec)))
+                spec[P.T_OWNER] = owner
             self.out_submit.extend(msg[1])
             if msg[2]:
                 self.out_funcs.update(msg[2])
+        elif kind == P.RETURN:
+            self._worker_returned(w, msg[1])
 
     def _result_to_head(self, item: list[Any]) -> None:
         self.out_results.append(item)  # the window (sent separately) accounts for its cores
@@ -368,10 +508,35 @@ class Agent:
         w.est[spec[0]] = e
         w.queued_s += e
         w.tasks[spec[0]] = spec
+        if len(spec) > P.T_OPTS:
+            owner = spec[P.T_OWNER]
+            if owner is not None:
+                w.owner = owner
+            if spec[P.T_OPTS]:
+                limit = self._time_limit(spec)
+                if limit is not None:
+                    w.timed[spec[0]] = limit
         out = self.out_workers.get(w.ident)
         if out is None:
             out = self.out_workers[w.ident] = []
         out.append(spec)
+
+    def _take_for(self, w: WorkerHandle) -> list[Any] | None:
+        """The next queued task ``w`` may run: any for a fresh worker, else its client's."""
+        queue = self.py_queue
+        mine = w.owner
+        if mine is None:
+            return queue.popleft()
+        owner = spec_owner(queue[0])
+        if owner is None or owner == mine:
+            return queue.popleft()
+        for i in range(1, min(len(queue), OWNER_SCAN)):
+            owner = spec_owner(queue[i])
+            if owner is None or owner == mine:
+                spec = queue[i]
+                del queue[i]
+                return spec
+        return None
 
     def _dispatch(self) -> None:
         # Python tasks to workers that want them: pinned blocks (static schedule) to their
@@ -380,12 +545,18 @@ class Agent:
         if self.py_queue or self.pinned:
             free = self._free_cores()
             ready = [w for w in self.workers.values() if w.ready]  # a ROUTER drops to others
-            for w in ready:
-                q = self.pinned.get(w.index)
-                while q and self._wants(w):
-                    self._give(w, q.popleft())
-            for k in [k for k, q in self.pinned.items() if not q]:
-                del self.pinned[k]
+            if self.pinned:
+                for w in ready:
+                    q = self.pinned.get(w.index)
+                    while q and self._wants(w):
+                        owner = spec_owner(q[0])
+                        if owner is not None and w.owner not in (None, owner):
+                            if not w.tasks:
+                                self._recycle(w)  # bound to another client, idle
+                            break
+                        self._give(w, q.popleft())
+                for k in [k for k, q in self.pinned.items() if not q]:
+                    del self.pinned[k]
             cands = sorted((w for w in ready if self._wants(w)),
                            key=lambda w: len(w.tasks) - len(w.blocked))
             queue = self.py_queue
@@ -394,14 +565,27 @@ class Agent:
                 for w in cands:
                     if not queue:
                         break
-                    if not w.busy:
-                        if free <= 0:
-                            continue
+                    idle = not w.busy
+                    if idle and free <= 0:
+                        continue
+                    spec = self._take_for(w)
+                    if spec is None:
+                        continue
+                    if idle:
                         free -= 1
-                    self._give(w, queue.popleft())
+                    self._give(w, spec)
                     if self._wants(w):
                         nxt.append(w)
                 cands = nxt
+            if queue and free > 0:
+                # Tasks wait, cores are free, and the idle workers are bound to other
+                # clients: fresh forks replace them (a client never sees another's globals).
+                for w in ready:
+                    if free <= 0:
+                        break
+                    if not w.tasks and w.owner is not None and w.credit:
+                        self._recycle(w)
+                        free -= 1
         # Commands when cores are free, in order (free cores counted once per pass).
         free = self._free_cores() if self.cmd_queue else 0
         while self.cmd_queue:
@@ -413,12 +597,16 @@ class Agent:
             try:
                 run = launcher.spawn(spec[0], spec[3], cores, self.base_env)
             except launcher.LaunchError as exc:
-                self._result_to_head([spec[0], P.ERR, str(exc).encode(), None])
+                self._result_to_head([spec[0], P.ERR, str(exc).encode(), spec_attempt(spec),
+                                      failure_info(exc)])
                 continue
+            run.attempt = spec_attempt(spec)
             free -= cores
             self.cmd_cores += cores
             self.commands[run.pidfd] = run
             self.cmd_epoll.register(run.pidfd, select.EPOLLIN)
+            if len(spec) > P.T_OPTS and spec[P.T_OPTS]:
+                self._command_limit(run, self._time_limit(spec))
 
     def _command_events(self) -> None:
         for fd, _ in self.cmd_epoll.poll(0):
@@ -431,58 +619,134 @@ class Agent:
         self.commands.pop(run.pidfd, None)
         os.close(run.pidfd)
         self.cmd_cores -= run.cores
+        if run.stopping == "drop":  # cancelled, evicted or handed back: no result
+            launcher.release(run)
+            return
+        if run.stopping == "timeout":
+            launcher.release(run)
+            text = launcher.timeout_text(run, self.kill_grace)
+            self._result_to_head([run.tid, P.TIMEOUT, text.encode(), run.attempt,
+                                  text_info(text)])
+            return
         dt = time.monotonic() - run.started
         self.cmd_mean = 0.8 * self.cmd_mean + 0.2 * dt
         status, payload = launcher.outcome(run)
-        self._result_to_head([run.tid, status, payload, None])
+        exc = launcher.check_failure(run) if status == P.ERR else None
+        self._result_to_head([run.tid, status, payload, run.attempt,
+                              failure_info(exc) if exc is not None else None])
+
+    # ---- the head connection ------------------------------------------------------------
+    def _connect_head(self) -> None:
+        """A fresh DEALER to ``self.address`` (the first, or after the head was lost)."""
+        if self.head is not None:
+            self.poller.unregister(self.head)
+            self.head.close(linger=0)
+        self.connects += 1
+        ident = self.name if self.connects == 1 else f"{self.name}.r{self.connects - 1}"
+        self.head = self.ctx.socket(zmq.DEALER)
+        self.head.setsockopt(zmq.IDENTITY, ident.encode())
+        self.head.setsockopt(zmq.SNDHWM, 0)
+        self.head.setsockopt(zmq.RCVHWM, 0)
+        self.head.setsockopt(zmq.LINGER, 2000)
+        self.head.setsockopt(zmq.RECONNECT_IVL, 10)  # a head starting beside us: retry soon
+        self.head.connect(self.address)
+        self.poller.register(self.head, zmq.POLLIN)
+
+    def _hello(self) -> None:
+        self.head_seen = time.monotonic()
+        self._send_head([P.HELLO, "agent", {"slots": self.slots, "host": socket.gethostname(),
+                                              "pid": os.getpid()}])
+
+    def _head_lost(self, now: float) -> None:
+        silent = now - self.head_seen
+        if self.reconnect > 0 and self.reconnect_until is None and not self.draining:
+            held = self._drop_all()
+            log.warning("no word from the head for %.0f s: dropped %d tasks; waiting up to "
+                        "%g s for a head on %s", silent, held, self.reconnect,
+                        self.connection_file or self.address)
+            self.welcomed = False
+            self.reconnect_until = now + self.reconnect
+            self.conn_checked = 0.0
+            self._connect_head()
+            self._hello()
+            return
+        if self.reconnect_until is not None:
+            log.warning("no head came back within %g s; stopping (exit status 3)", self.reconnect)
+        else:
+            log.warning("no word from the head for %.0f s; stopping its tasks (exit status 3)",
+                        silent)
+        self.exit_code = EXIT_HEAD_LOST
+        self.head_gone = True
+        self.running = False
+
+    def _watch_connection_file(self, now: float) -> None:
+        """While waiting for a new head: re-read the connection file every second."""
+        if self.connection_file is None or now - self.conn_checked < 1.0:
+            return
+        self.conn_checked = now
+        try:
+            conn = Connection.read(self.connection_file)
+        except (OSError, ValueError):
+            return  # being rewritten, or not there yet
+        if conn.address != self.address or conn.key != self.key:
+            log.info("the connection file now names %s; joining there", conn.address)
+            self.address, self.key = conn.address, conn.key
+            self.codec = P.Codec(conn.key)
+            self._connect_head()
+            self._hello()
 
     # ---- sending -------------------------------------------------------------------------
     def _send_head(self, msg: list[Any]) -> None:
         self.head.send_multipart(self.codec.encode(msg), copy=False)
+        self.sent_at = time.monotonic()
 
     def _send_worker(self, w: WorkerHandle, msg: list[Any]) -> None:
-        self.wsock.send_multipart([w.ident, *self.codec.encode(msg)], copy=False)
+        self.wsock.send_multipart([w.ident, *self.wcodec.encode(msg)], copy=False)
 
     def _flush(self) -> None:
-        for ident, items in self._child_results.items():
-            w = self.workers.get(ident)
-            if w is not None and items:
-                self._send_worker(w, [P.RESULTS, items])
-        self._child_results = {}
-        for ident, specs in self.out_workers.items():
-            w = self.workers.get(ident)
-            if w is None or not specs:
-                continue
-            funcs = {}
-            for spec in specs:
-                fid = spec[2]
-                if fid not in w.sent_fids:
-                    w.sent_fids.add(fid)
-                    blob = self.func_blobs.get(fid)
-                    if blob is not None:
-                        funcs[fid] = blob
-            self._send_worker(w, [P.TASKS, specs, funcs])
-        self.out_workers = {}
+        if self._child_results:
+            for ident, items in self._child_results.items():
+                w = self.workers.get(ident)
+                if w is not None and items:
+                    self._send_worker(w, [P.RESULTS, items])
+            self._child_results = {}
+        if self.out_workers:
+            for ident, specs in self.out_workers.items():
+                w = self.workers.get(ident)
+                if w is None or not specs:
+                    continue
+                funcs = {}
+                for spec in specs:
+                    fid = spec[2]
+                    if fid not in w.sent_fids:
+                        w.sent_fids.add(fid)
+                        blob = self.func_blobs.get(fid)
+                        if blob is not None:
+                            funcs[fid] = blob
+                self._send_worker(w, [P.TASKS, specs, funcs])
+            self.out_workers = {}
         if not self.welcomed:
             return
         if self.out_results and (
             len(self.out_results) >= RESULTS_BATCH
             or time.monotonic() - self.results_sent >= RESULTS_DELAY_S
-            or not self.running
+            or not self.running or self.draining
         ):
             res, self.out_results = self.out_results, []
             self._send_head([P.RESULTS, res])
-            self.sent_at = self.results_sent = time.monotonic()
+            self.results_sent = self.sent_at
         if self.out_submit:
             subs, self.out_submit = self.out_submit, []
             funcs, self.out_funcs = self.out_funcs, {}
             self.func_blobs.update(funcs)
             self._send_head([P.SUBMIT, subs, funcs, 0])
-            self.sent_at = time.monotonic()
+        if self.out_return:
+            tids, self.out_return = self.out_return, []
+            self._send_head([P.RETURN, tids])
         if self.window_to_send > 0:
             n, self.window_to_send = self.window_to_send, 0
-            self._send_head([P.CREDIT, n])
-            self.sent_at = time.monotonic()
+            if not self.draining:
+                self._send_head([P.CREDIT, n])
 
     # ---- loop ------------------------------------------------------------------------------
     def dump_state(self, *_: object) -> None:
@@ -492,8 +756,21 @@ class Agent:
             len(self.py_queue), len(self.cmd_queue),
             [(r.tid, r.pid, r.status) for r in self.commands.values()],
             self.cmd_cores, self._free_cores(),
-            [(w.index, len(w.tasks), len(w.blocked), w.credit) for w in self.workers.values()],
+            [(w.index, len(w.tasks), len(w.blocked), w.credit, w.owner)
+             for w in self.workers.values()],
         )
+
+    def _wait_s(self, now: float) -> float:
+        """How long the next poll may sleep: until the next thing due."""
+        due = min(self.sent_at + self.heartbeat_s, self.head_seen + self.timeout_s + 0.01)
+        if self.owner_pid is not None:
+            due = min(due, now + 1.0)
+        if self.out_results:  # wake up to send them
+            due = min(due, self.results_sent + RESULTS_DELAY_S)
+        if self.reconnect_until is not None:
+            due = min(due, now + 1.0)
+        due = min(due, self._limits_due(now))
+        return max(0.0, due - now)
 
     def run(self) -> None:
         set_parent_death_signal()
@@ -509,57 +786,60 @@ class Agent:
         self.wsock.setsockopt(zmq.RCVHWM, 0)
         self.wsock.setsockopt(zmq.LINGER, 0)
         self.wsock.bind(self.worker_endpoint)
-        self.head = self.ctx.socket(zmq.DEALER)
-        self.head.setsockopt(zmq.IDENTITY, self.name.encode())
-        self.head.setsockopt(zmq.SNDHWM, 0)
-        self.head.setsockopt(zmq.RCVHWM, 0)
-        self.head.setsockopt(zmq.LINGER, 2000)
-        self.head.setsockopt(zmq.RECONNECT_IVL, 10)  # a head starting beside us: retry soon
-        self.head.connect(self.address)
-        self._child_results: dict[bytes, list[list[Any]]] = {}
-        self.sent_at = time.monotonic()
-        self._send_head([P.HELLO, "agent", {"slots": self.slots, "host": socket.gethostname(),
-                                              "pid": os.getpid()}])
-        # the first credit: every slot plus its prefetch (sent once WELCOME tells the prefetch)
+        self._connect_head()
+        self._hello()
         poller = self.poller
-        poller.register(self.head, zmq.POLLIN)
         poller.register(self.wsock, zmq.POLLIN)
         poller.register(self.cmd_epoll.fileno(), zmq.POLLIN)
+        wake_fd = self._watch_signals()
         epoll_fd = self.cmd_epoll.fileno()
-        head_seen = time.monotonic()
-        next_beat = time.monotonic() + HEARTBEAT_S
+        now = time.monotonic()
         try:
             while self.running:
-                wait_ms = HEARTBEAT_S * 1000
-                if self.out_results:  # wake up to send them
-                    wait_ms = max(0.0, (self.results_sent + RESULTS_DELAY_S - time.monotonic()) * 1000)
-                events = poller.poll(wait_ms)
+                before = time.monotonic()
+                wait = self._wait_s(before)
+                events = poller.poll(wait * 1000)
+                now = time.monotonic()
+                if now - before > wait + FREEZE_SLACK_S:
+                    # frozen (SIGSTOP, a paused VM): the head gets a fresh timeout
+                    log.info("this agent was frozen for %.0f s", now - before - wait)
+                    self.head_seen = now
                 for sock_or_fd, _ in events:
                     if sock_or_fd is self.head:
-                        head_seen = time.monotonic()
+                        self.head_seen = now
                         self._drain(self.head, from_head=True)
                     elif sock_or_fd is self.wsock:
                         self._drain(self.wsock, from_head=False)
                     elif sock_or_fd == epoll_fd:
                         self._command_events()
+                    elif sock_or_fd == wake_fd:
+                        self._signalled(now)
                     elif sock_or_fd in self.by_pidfd:
                         self._worker_died(self.by_pidfd[sock_or_fd])
-                self._dispatch()
-                if self.welcomed:
-                    self._want_credit()
+                if not self.running:
+                    break
+                self._check_limits(now)
+                if self.draining:
+                    self._drain_step(now)
+                else:
+                    self._dispatch()
+                    if self.welcomed:
+                        self._want_credit()
                 self._flush()
+                if self.finished:
+                    break
                 now = time.monotonic()
-                if now >= next_beat:
-                    next_beat = now + HEARTBEAT_S
-                    if self.owner_pid is not None and not alive(self.owner_pid):
-                        log.info("owner process is gone; stopping")
-                        break
-                    if now - head_seen > HEAD_TIMEOUT_S:
-                        log.warning("no word from the head for %.0f s; stopping", now - head_seen)
-                        break
-                    if now - self.sent_at >= HEARTBEAT_S:
-                        self._send_head([P.HEARTBEAT])
-                        self.sent_at = now
+                if self.owner_pid is not None and not alive(self.owner_pid):
+                    log.info("owner process is gone; stopping")
+                    break
+                if self.reconnect_until is not None:
+                    self._watch_connection_file(now)
+                    if now > self.reconnect_until:
+                        self._head_lost(now)
+                elif now - self.head_seen > self.timeout_s:
+                    self._head_lost(now)
+                elif self.welcomed and now - self.sent_at >= self.heartbeat_s:
+                    self._send_head([P.HEARTBEAT])
         finally:
             self._shutdown()
 
@@ -579,12 +859,14 @@ class Agent:
                     continue
                 ident, sig, body = frames
             try:
-                msg = self.codec.decode(sig, body)
+                msg = (self.codec if from_head else self.wcodec).decode(sig, body)
             except P.AuthError:
                 log.warning("dropped a message that failed authentication")
                 continue
             if from_head:
                 self._from_head(msg)
+                if sock is not self.head:  # reconnected while handling it
+                    return
             else:
                 self._from_worker(ident, msg)
 
@@ -593,6 +875,12 @@ class Agent:
         for run in list(self.commands.values()):
             launcher.kill(run)
         for w in list(self.workers.values()):
+            if w.tasks:  # may be stuck anywhere: no waiting for it
+                try:
+                    os.kill(w.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                continue
             try:
                 self._send_worker(w, [P.SHUTDOWN])
             except Exception:  # noqa: BLE001
@@ -600,7 +888,7 @@ class Agent:
         deadline = time.monotonic() + 2.0
         for w in list(self.workers.values()):
             # one that has not said hello may not be connected yet and never hear us
-            while time.monotonic() < deadline and w.said_hello:
+            while time.monotonic() < deadline and w.said_hello and not w.tasks:
                 pid, _ = os.waitpid(w.pid, os.WNOHANG)
                 if pid:
                     break
@@ -616,19 +904,22 @@ class Agent:
                 os.waitpid(run.pid, 0)
             except ChildProcessError:
                 pass
+            launcher.kill(run)  # what it left in its process group
             launcher.release(run)
             os.close(run.pidfd)
         self.commands.clear()
         self.cmd_epoll.close()
         if self.ctx is not None:
-            if not self.head_gone:
+            if not self.head_gone and self.head is not None:
                 try:
-                    self._send_head([P.BYE, "shutdown"])
+                    self._send_head([P.BYE, self.bye_reason])
                 except Exception:  # noqa: BLE001
                     pass
-            self.head.close(linger=0 if self.head_gone else 500)
+            if self.head is not None:
+                self.head.close(linger=0 if self.head_gone else 2000)
             self.wsock.close(linger=0)
             self.ctx.term()
+        self._unwatch_signals()
         try:
             os.unlink(f"{self.tmpdir}/workers")
         except FileNotFoundError:

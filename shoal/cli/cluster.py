@@ -42,6 +42,9 @@ def add_parser(sub: Any) -> None:
     a.add_argument("--name", help="agent name (default: agent-HOST-PID-XXXX)")
     a.add_argument("--bundle", metavar="ROOT", help=BUNDLE_HELP + "; workers import ROOT/app "
                    "(tier 3) instead of the current directory when it is there")
+    from shoal.agent.__main__ import add_failure_options
+
+    add_failure_options(a)
     a.set_defaults(func=agent_command)
 
 
@@ -140,24 +143,26 @@ def agent_command(args: argparse.Namespace) -> int:
     if args.bundle:
         err = run_from_bundle("agent", args.bundle, [
             "--connect", os.path.abspath(args.connect), *_opt("--slots", args.slots),
-            *_opt("--workers", args.workers), *_opt("--name", args.name), "--bundle", args.bundle])
+            *_opt("--workers", args.workers), *_opt("--name", args.name), "--bundle", args.bundle,
+            *_opt("--walltime", args.walltime), "--drain-timeout", str(args.drain_timeout),
+            "--reconnect", str(args.reconnect), "--kill-grace", str(args.kill_grace)])
         if err:
             print(f"shoal agent: {err}", file=sys.stderr)
             return 2
         app = os.path.join(os.path.abspath(args.bundle), "app")
         if os.path.isdir(app):  # the application's tier 3: local, unlike the current directory
             sys_path = [app]
+    from shoal.agent.__main__ import failure_kwargs
     from shoal.agent.agent import Agent
 
     logging.basicConfig(level=logging.INFO, format="shoal agent: %(message)s")
     try:
         conn = Connection.read(args.connect)
+        extra = failure_kwargs(args, os.path.abspath(args.connect))
     except (OSError, ValueError) as exc:
         print(f"shoal agent: {exc}", file=sys.stderr)
         return 2
     agent = Agent(conn.address, conn.key, slots=args.slots, workers=args.workers, name=args.name,
-                  sys_path=sys_path)
-
-    stop_on_signals(agent)
-    agent.run()
-    return 0
+                  sys_path=sys_path, **extra)  # type: ignore[arg-type]
+    agent.run()  # SIGTERM drains, a second one (or SIGINT) stops at once
+    return agent.exit_code
