@@ -442,6 +442,20 @@ def test_cancel_stops_running_command_and_python_task(head: FakeHead) -> None:
     assert not [m for m in head.collect(1.0) if any(i[0] == t2 for i in m[1])]
 
 
+def test_cancel_of_queued_only_leaves_running_tasks_alone(head: FakeHead) -> None:
+    head.start_agent(slots=1)
+    ident = head.join()
+    pidfile = os.path.join(head.tmp, "w.pid")
+    (run,) = head.give(ident, head.py(write_pid_then_nap, pidfile, 1.0))
+    read_pid(pidfile)
+    (queued,) = head.give(ident, head.cmd(["true"]))  # waits: the only core is busy
+    time.sleep(0.2)
+    head.send(ident, [P.CANCEL, 9, [run, queued], True])  # shutdown(cancel_futures=True)
+    _, msg = head.expect(P.CANCEL)
+    assert msg[1:3] == [9, [queued]]
+    assert head.results({run})[run][P.R_STATUS] == P.OK
+
+
 # ---- eviction -------------------------------------------------------------------------------------
 def test_evicted_agent_drops_everything_and_joins_again(head: FakeHead) -> None:
     head.start_agent(slots=2)

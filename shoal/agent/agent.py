@@ -19,6 +19,7 @@ limits, cancels of running tasks, the drain and one-client-per-worker live in
 from __future__ import annotations
 
 import logging
+import math
 import mmap
 import os
 import secrets
@@ -60,6 +61,7 @@ QUEUE_MAX = 1000
 # and a message per result would cost the head and the client more than the commands.
 RESULTS_DELAY_S = 0.002
 RESULTS_BATCH = 256
+T_OPTS, T_ATTEMPT, T_OWNER = P.T_OPTS, P.T_ATTEMPT, P.T_OWNER
 SLOT_BYTES = 16   # per worker in running_slots: int64 task id, float64 monotonic start
 OWNER_SCAN = 256  # queued tasks a worker bound to one client looks through for its own
 
@@ -353,7 +355,9 @@ class Agent(Stopping):
         elif kind == P.WELCOME:
             self._welcomed(msg[1])
         elif kind == P.CANCEL:
-            stopped = self._stop_tasks(set(msg[2]))
+            # [CANCEL, req, tids, queued_only]: req 0 = the owner is gone (say nothing);
+            # queued_only (optional) leaves running tasks alone (shutdown(cancel_futures))
+            stopped = self._stop_tasks(set(msg[2]), running=not (len(msg) > 3 and msg[3]))
             if msg[1]:  # a client's cancel: say which were dropped or stopped here
                 self._send_head([P.CANCEL, msg[1], stopped])
         elif kind == P.EVICTED:
@@ -401,6 +405,12 @@ class Agent(Stopping):
 
     def _evicted(self, reason: str) -> None:
         held = self._drop_all()
+        if self.draining:  # leaving anyway: the head no longer counts on anything here
+            log.warning("evicted by the head (%s) while draining: dropped %d tasks; leaving",
+                        reason, held)
+            self.finished = True
+            self.head_gone = True
+            return
         log.warning("evicted by the head (%s): dropped %d tasks; joining again as a new agent",
                     reason, held)
         self.welcomed = False
@@ -416,7 +426,7 @@ class Agent(Stopping):
             w.said_hello = True
             self._welcome_worker(w)
         elif kind == P.RESULTS:
-            tasks, est = w.tasks, w.est
+            tasks, est, out = w.tasks, w.est, self.out_results
             for item in msg[1]:
                 spec = tasks.pop(item[0], None)
                 if spec is None:  # stopped or handed back meanwhile: not ours to send
@@ -425,8 +435,8 @@ class Agent(Stopping):
                 if w.timed:
                     w.timed.pop(item[0], None)
                     w.started.pop(item[0], None)
-                item[P.R_ATTEMPT] = spec_attempt(spec)
-                self.out_results.append(item)
+                item[3] = spec[T_ATTEMPT] if len(spec) > T_ATTEMPT else None  # R_ATTEMPT
+                out.append(item)
             if not tasks:
                 w.queued_s = 0.0
             if len(msg) > 2 and msg[2]:
@@ -508,11 +518,11 @@ class Agent(Stopping):
         w.est[spec[0]] = e
         w.queued_s += e
         w.tasks[spec[0]] = spec
-        if len(spec) > P.T_OPTS:
-            owner = spec[P.T_OWNER]
+        if len(spec) > T_OWNER:
+            owner = spec[T_OWNER]
             if owner is not None:
                 w.owner = owner
-            if spec[P.T_OPTS]:
+            if spec[T_OPTS]:
                 limit = self._time_limit(spec)
                 if limit is not None:
                     w.timed[spec[0]] = limit
@@ -521,15 +531,10 @@ class Agent(Stopping):
             out = self.out_workers[w.ident] = []
         out.append(spec)
 
-    def _take_for(self, w: WorkerHandle) -> list[Any] | None:
-        """The next queued task ``w`` may run: any for a fresh worker, else its client's."""
+    def _take_other(self, w: WorkerHandle) -> list[Any] | None:
+        """A queued task (not the first) that ``w``, bound to its client, may run."""
         queue = self.py_queue
         mine = w.owner
-        if mine is None:
-            return queue.popleft()
-        owner = spec_owner(queue[0])
-        if owner is None or owner == mine:
-            return queue.popleft()
         for i in range(1, min(len(queue), OWNER_SCAN)):
             owner = spec_owner(queue[i])
             if owner is None or owner == mine:
@@ -568,9 +573,14 @@ class Agent(Stopping):
                     idle = not w.busy
                     if idle and free <= 0:
                         continue
-                    spec = self._take_for(w)
-                    if spec is None:
-                        continue
+                    spec = queue[0]
+                    mine = w.owner
+                    if mine is None or len(spec) <= T_OWNER or spec[T_OWNER] in (None, mine):
+                        queue.popleft()
+                    else:  # bound to another client than the first task's
+                        spec = self._take_other(w)
+                        if spec is None:
+                            continue
                     if idle:
                         free -= 1
                     self._give(w, spec)
@@ -762,13 +772,15 @@ class Agent(Stopping):
 
     def _wait_s(self, now: float) -> float:
         """How long the next poll may sleep: until the next thing due."""
-        due = min(self.sent_at + self.heartbeat_s, self.head_seen + self.timeout_s + 0.01)
-        if self.owner_pid is not None:
-            due = min(due, now + 1.0)
+        due = now + 1.0 if self.owner_pid is not None else math.inf
+        if self.welcomed:
+            due = min(due, self.sent_at + self.heartbeat_s)
+        if self.reconnect_until is not None:  # re-read the connection file every second
+            due = min(due, now + 1.0, self.reconnect_until + 0.01)
+        else:
+            due = min(due, self.head_seen + self.timeout_s + 0.01)
         if self.out_results:  # wake up to send them
             due = min(due, self.results_sent + RESULTS_DELAY_S)
-        if self.reconnect_until is not None:
-            due = min(due, now + 1.0)
         due = min(due, self._limits_due(now))
         return max(0.0, due - now)
 
@@ -793,13 +805,13 @@ class Agent(Stopping):
         poller.register(self.cmd_epoll.fileno(), zmq.POLLIN)
         wake_fd = self._watch_signals()
         epoll_fd = self.cmd_epoll.fileno()
-        now = time.monotonic()
+        owner_checked = time.monotonic()
         try:
             while self.running:
                 before = time.monotonic()
                 wait = self._wait_s(before)
                 events = poller.poll(wait * 1000)
-                now = time.monotonic()
+                now = polled = time.monotonic()
                 if now - before > wait + FREEZE_SLACK_S:
                     # frozen (SIGSTOP, a paused VM): the head gets a fresh timeout
                     log.info("this agent was frozen for %.0f s", now - before - wait)
@@ -829,15 +841,20 @@ class Agent(Stopping):
                 if self.finished:
                     break
                 now = time.monotonic()
-                if self.owner_pid is not None and not alive(self.owner_pid):
-                    log.info("owner process is gone; stopping")
-                    break
+                if self.owner_pid is not None and now >= owner_checked + 1.0:
+                    owner_checked = now
+                    if not alive(self.owner_pid):
+                        log.info("owner process is gone; stopping")
+                        break
                 if self.reconnect_until is not None:
                     self._watch_connection_file(now)
                     if now > self.reconnect_until:
                         self._head_lost(now)
                 elif now - self.head_seen > self.timeout_s:
-                    self._head_lost(now)
+                    if now - polled > FREEZE_SLACK_S or self.head.poll(0):
+                        self.head_seen = now  # frozen in this turn, or the head spoke since
+                    else:
+                        self._head_lost(now)
                 elif self.welcomed and now - self.sent_at >= self.heartbeat_s:
                     self._send_head([P.HEARTBEAT])
         finally:

@@ -123,7 +123,10 @@ class Stopping:
                     w.started[tid] = t0
             expired = 0
             for t, began in w.started.items():
-                deadline = began + w.timed[t]
+                limit = w.timed.get(t)
+                if limit is None:
+                    continue
+                deadline = began + limit
                 if deadline <= now:
                     expired = t
                     break
@@ -136,7 +139,9 @@ class Stopping:
 
     def _python_timeout(self, w: WorkerHandle, tid: int) -> None:
         limit = w.timed[tid]
-        spec = w.tasks[tid]
+        spec = w.tasks.get(tid)
+        if spec is None:  # its result came meanwhile
+            return
         started, unstarted = self._kill_worker(w)
         text = f"timed out after {limit:g} s (its worker {w.index}, pid {w.pid}, was killed)"
         log.info("task %#x %s", tid, text)
@@ -166,14 +171,15 @@ class Stopping:
                 q.extend(kept)
         return dropped
 
-    def _stop_tasks(self, tids: set[int]) -> list[int]:
-        """Stop these tasks wherever they are; nothing is sent for them afterwards.
+    def _stop_tasks(self, tids: set[int], running: bool = True) -> list[int]:
+        """Stop these tasks wherever they are (``running`` False: only those not started);
+        nothing is sent for them afterwards.
 
         Returns those dropped or stopped here (the others were not here, or finished).
         """
         stopped = self._drop_queued(tids)
         for run in self.commands.values():
-            if run.tid in tids and run.stopping != "drop":
+            if running and run.tid in tids and run.stopping != "drop":
                 run.stopping = "drop"
                 launcher.kill(run)
                 stopped.append(run.tid)
@@ -183,8 +189,11 @@ class Stopping:
             hit = [t for t in w.tasks if t in tids]
             if not hit:
                 continue
-            running = self._running_in(w)
-            if any(t in w.blocked or t == running or t in w.started for t in hit):
+            now = self._running_in(w)
+            begun = [t for t in hit if t in w.blocked or t == now or t in w.started]
+            if begun and not running:
+                hit = [t for t in hit if t not in begun]
+            if begun and running:
                 started, unstarted = self._kill_worker(w)
                 log.info("stopped %d tasks by killing worker %d (pid %d)", len(hit), w.index, w.pid)
                 why = (f"worker {w.index} (pid {w.pid}) on {self.name} was killed while running "
@@ -194,7 +203,7 @@ class Stopping:
                         self._result_to_head([s[0], P.LOST, why.encode(), s[P.T_ATTEMPT]
                                               if len(s) > P.T_ATTEMPT else None, text_info(why)])
                 self._requeue_front([s for s in unstarted if s[0] not in tids])
-            else:  # all still queued in the worker: it drops them (a race lets one finish:
+            elif hit:  # still queued in the worker: it drops them (a race lets one finish:
                 # its result is not forwarded, the task is no longer the worker's)
                 for t in hit:
                     del w.tasks[t]

@@ -52,6 +52,7 @@ from shoal.transport import protocol as P
 
 _dumps = pickle.dumps
 _pack_into = struct.pack_into
+_monotonic = time.monotonic
 _current: WorkerContext | None = None
 
 FLUSH_AFTER_S = 0.002     # a result waits at most this long for company before it is sent
@@ -225,20 +226,21 @@ class WorkerContext:
         # A kept sub-task runs on behalf of the agent's task that spawned it: if this
         # process dies now, that task is the one the agent reports lost.
         slot_tid = self.slot_of[g] = root or tid
-        t0 = time.monotonic()
-        if not root:
-            self.t0_of[tid] = t0
+        t0 = _monotonic()
         slot = self.running_slot
-        if slot is not None:
-            _pack_into("qd", slot, self.slot_offset, slot_tid, self.t0_of.get(slot_tid, t0))
+        if slot is not None:  # a kept sub-task shows its root, started when the root did
+            _pack_into("qd", slot, self.slot_offset, slot_tid,
+                       self.t0_of.get(root, t0) if root else t0)
         g.switch(spec)
         if slot is not None:
             _pack_into("q", slot, self.slot_offset, 0)
-        if g.dead:  # finished without blocking: a clean run-time sample for the agent
+        if not g.dead:  # it waits on sub-tasks: remember since when it runs
+            if not root:
+                self.t0_of[tid] = t0
+        else:  # finished without blocking: a clean run-time sample for the agent
             del self.task_of[g]
             del self.slot_of[g]
-            self.t0_of.pop(tid, None)
-            dt = time.monotonic() - t0
+            dt = _monotonic() - t0
             key = spec[2] if spec[1] == P.PY else -spec[2]
             st = self.stats.get(key)
             if st is None:
