@@ -12,7 +12,8 @@ import json
 import logging
 import sys
 
-from shoal.agent.agent import EXIT_BAD_ARGS, Agent
+from shoal.agent.agent import Agent
+from shoal.agent.headlink import EXIT_BAD_ARGS
 from shoal.transport.connfile import Connection
 
 

@@ -11,9 +11,12 @@ pull from the agent the same way, so prefetched tasks sit next to the core that 
 Failures (protocol.py, docs/failures.md): every result carries the attempt of the spec it
 ran. The agent sends HEARTBEAT when it sent nothing else for heartbeat_s and gives up on a
 head silent for timeout_s (exit status 3, or with ``reconnect`` waits for a new head on the
-same connection file). EVICTED (the head declared it lost) drops everything it holds. Time
-limits, cancels of running tasks, the drain and one-client-per-worker live in
-``shoal.agent.stopping``, which this class mixes in.
+same connection file). EVICTED (the head declared it lost) drops everything it holds.
+
+The class is cut in mixins over the same state: ``pool`` (the worker processes),
+``headlink`` (connection, loss, reconnect, eviction), ``stopping`` (time limits, cancels of
+running tasks, the drain, recycling workers between clients); this module holds the loop,
+the messages and placing work.
 """
 
 from __future__ import annotations
@@ -27,11 +30,9 @@ import select
 import shutil
 import signal
 import socket
-import struct
-import sys
 import tempfile
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from typing import Any
 
 import zmq
@@ -39,18 +40,21 @@ import zmq
 from shoal._sys import alive, set_parent_death_signal
 from shoal.agent import launcher
 from shoal.agent.failures import OomWatch, failure_info, text_info
+from shoal.agent.headlink import (
+    EXIT_OK,
+    HEAD_TIMEOUT_S,
+    HEARTBEAT_S,
+    HeadLink,
+)
+from shoal.agent.pool import SLOT_BYTES, WorkerHandle, WorkerPool, spec_attempt, spec_owner
 from shoal.agent.stopping import Stopping
 from shoal.transport import protocol as P
-from shoal.transport.connfile import Connection
 
 log = logging.getLogger("shoal.agent")
 
-HEARTBEAT_S = 1.0       # until WELCOME says otherwise
-HEAD_TIMEOUT_S = 8.0    # until WELCOME says otherwise
 # A turn of the loop that took this much longer than its poll asked for means this process
 # was frozen (SIGSTOP, a paused VM): the head's silence meanwhile proves nothing.
 FREEZE_SLACK_S = 1.0
-EXIT_OK, EXIT_BAD_ARGS, EXIT_HEAD_LOST = 0, 2, 3
 # Adaptive prefetch from per-function run-time statistics: a worker is sent tasks until
 # about QUEUE_TARGET_S of estimated work waits for it (a function not seen yet counts as
 # that long by itself), so tiny tasks travel in big batches and long ones stay balanced.
@@ -62,49 +66,10 @@ QUEUE_MAX = 1000
 RESULTS_DELAY_S = 0.002
 RESULTS_BATCH = 256
 T_OPTS, T_ATTEMPT, T_OWNER = P.T_OPTS, P.T_ATTEMPT, P.T_OWNER
-SLOT_BYTES = 16   # per worker in running_slots: int64 task id, float64 monotonic start
 OWNER_SCAN = 256  # queued tasks a worker bound to one client looks through for its own
 
 
-def spec_attempt(spec: list[Any]) -> int | None:
-    return spec[P.T_ATTEMPT] if len(spec) > P.T_ATTEMPT else None
-
-
-def spec_owner(spec: list[Any]) -> int | None:
-    return spec[P.T_OWNER] if len(spec) > P.T_OWNER else None
-
-
-class WorkerHandle:
-    __slots__ = ("index", "ident", "pid", "pidfd", "origin", "incarnation", "credit", "tasks",
-                 "blocked", "sent_fids", "ready", "said_hello", "est", "queued_s", "owner",
-                 "doomed", "timed", "started")
-
-    def __init__(self, index: int, ident: bytes, pid: int, incarnation: int) -> None:
-        self.index = index
-        self.ident = ident
-        self.pid = pid
-        self.pidfd = os.pidfd_open(pid)
-        self.incarnation = incarnation  # its origin is the head's base plus this
-        self.origin = 0
-        self.credit = 0
-        self.tasks: OrderedDict[int, list[Any]] = OrderedDict()  # in the order sent
-        self.blocked: set[int] = set()
-        self.sent_fids: set[int] = set()
-        self.ready = False
-        self.said_hello = False
-        self.est: dict[int, float] = {}   # tid -> estimated run time when sent
-        self.queued_s = 0.0
-        self.owner: int | None = None     # the client whose tasks it runs (None: fresh)
-        self.doomed = False               # killed by the agent: nothing it says counts
-        self.timed: dict[int, float] = {}    # tid -> time limit, for tasks that have one
-        self.started: dict[int, float] = {}  # timed tid -> when it started (seen running)
-
-    @property
-    def busy(self) -> bool:
-        return len(self.tasks) > len(self.blocked)
-
-
-class Agent(Stopping):
+class Agent(WorkerPool, HeadLink, Stopping):
     def __init__(
         self,
         address: str,
@@ -189,139 +154,6 @@ class Agent(Stopping):
         self.connects = 0
         self._init_stopping()
 
-    # ---- workers --------------------------------------------------------------------
-    def _spawn_worker(self, index: int) -> WorkerHandle:
-        self.incarnations += 1
-        ident = f"w{index}.{self.incarnations}".encode()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.environ["SHOAL_AGENT_PID"] = str(os.getpid())  # the worker checks it still has us
-        struct.pack_into("qd", self.running_slots, SLOT_BYTES * index, 0, 0.0)
-        pid = os.fork()
-        if pid == 0:  # child: becomes a warm worker, never returns
-            try:
-                from shoal.agent.worker import worker_main
-
-                worker_main(self.worker_endpoint, self.worker_key, ident, self.sys_path,
-                            self.running_slots, SLOT_BYTES * index)
-            finally:
-                os._exit(1)
-        w = WorkerHandle(index, ident, pid, self.incarnations)
-        self.workers[ident] = w
-        self.by_pidfd[w.pidfd] = w
-        self.poller.register(w.pidfd, zmq.POLLIN)
-        return w
-
-    def _welcome_worker(self, w: WorkerHandle) -> None:
-        # Called once both the head (origin base) and the worker (HELLO) are there, and
-        # again after a new WELCOME (a new origin range: sub-task ids must stay unique).
-        if not self.welcomed or not w.said_hello or w.doomed:
-            return
-        if w.ready and w.origin == self.origin_base + w.incarnation:
-            return
-        self.by_origin.pop(w.origin, None)
-        w.ready = True
-        w.origin = self.origin_base + w.incarnation
-        self.by_origin[w.origin] = w
-        self._send_worker(w, [P.WELCOME, {"origin": w.origin, "prefetch": self.prefetch}])
-
-    def _start_workers(self, n: int) -> None:
-        have = {w.index for w in self.workers.values()}
-        for index in range(self.slots):
-            if n <= 0:
-                break
-            if index not in have:
-                self._spawn_worker(index)
-                n -= 1
-
-    def _running_in(self, w: WorkerHandle) -> int:
-        """The agent task worker ``w`` runs at this moment (0: none)."""
-        return struct.unpack_from("q", self.running_slots, SLOT_BYTES * w.index)[0]
-
-    def _kill_worker(self, w: WorkerHandle) -> tuple[list[list[Any]], list[list[Any]]]:
-        """SIGKILL a worker the agent gives up on; it forgets every task the worker held.
-
-        Returns (specs of the tasks it had started: running or waiting on sub-tasks, specs
-        of those it held but had not started). A fresh worker replaces it once it is dead.
-        """
-        running = self._running_in(w)
-        started, unstarted = [], []
-        for t, spec in w.tasks.items():
-            (started if t in w.blocked or t == running or t in w.started else unstarted
-             ).append(spec)
-        w.doomed = True
-        w.ready = False
-        w.tasks.clear()
-        w.blocked.clear()
-        w.est.clear()
-        w.timed.clear()
-        w.started.clear()
-        w.queued_s = 0.0
-        self._child_results.pop(w.ident, None)
-        self.out_workers.pop(w.ident, None)
-        try:
-            os.kill(w.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        return started, unstarted
-
-    def _worker_died(self, w: WorkerHandle) -> None:
-        try:
-            _, status = os.waitpid(w.pid, 0)
-            code = os.waitstatus_to_exitcode(status)
-        except ChildProcessError:
-            code = None
-        self.poller.unregister(w.pidfd)
-        os.close(w.pidfd)
-        del self.by_pidfd[w.pidfd]
-        self.workers.pop(w.ident, None)
-        if self.by_origin.get(w.origin) is w:
-            del self.by_origin[w.origin]
-        self._worker_gone(w)
-        if not self.running:
-            return
-        if w.doomed:  # the agent killed it and already settled its tasks
-            if not self.draining:
-                self._spawn_worker(w.index)
-            return
-        if code is None:
-            how = "died"
-        elif code < 0:
-            try:
-                signame = signal.Signals(-code).name
-            except ValueError:
-                signame = str(-code)
-            how = f"was killed by signal {-code} ({signame})"
-            if code == -signal.SIGKILL and self.oom.struck():
-                how += "; the out-of-memory killer killed it (memory.events oom_kill rose)"
-        else:
-            how = f"exited with status {code}"
-        why = f"worker {w.index} (pid {w.pid}) on {self.name} {how} while running this task"
-        # Lost: the task it was running (from the shared slot) and the ones it had parked
-        # waiting on sub-tasks. Everything else it held had not started or had finished
-        # with its result still in flight: those run again.
-        running = self._running_in(w)
-        struct.pack_into("q", self.running_slots, SLOT_BYTES * w.index, 0)
-        for tid, spec in w.tasks.items():
-            if tid in w.blocked or tid == running or tid in w.started:
-                self._result_to_head([tid, P.LOST, why.encode(), spec_attempt(spec),
-                                      text_info(why)])
-        self._requeue_front([spec for t, spec in w.tasks.items()
-                             if t not in w.blocked and t != running and t not in w.started])
-        log.warning("%s", why)
-        if not self.draining:
-            self._spawn_worker(w.index)
-
-    def _requeue_front(self, specs: list[list[Any]]) -> None:
-        """Put tasks a worker held but had not started back at the front, in order."""
-        if self.draining:  # leaving: they go back to the head instead
-            self.out_return.extend(s[0] for s in specs)
-            return
-        for spec in reversed(specs):
-            hint = spec[P.T_HINT]
-            (self.pinned.setdefault(hint % self.slots, deque()) if hint >= 0 else self.py_queue
-             ).appendleft(spec)
-
     # ---- messages from the head -------------------------------------------------------
     def _from_head(self, msg: list[Any]) -> None:
         kind = msg[0]
@@ -368,53 +200,6 @@ class Agent(Stopping):
             self.head_gone = True
         elif kind == P.HEARTBEAT:
             pass
-
-    def _welcomed(self, info: dict[str, Any]) -> None:
-        self.welcomed = True
-        self.reconnect_until = None
-        self.prefetch = int(info.get("prefetch", 1))
-        self.origin_base = int(info["origin"])
-        self.heartbeat_s = float(info.get("heartbeat_s") or HEARTBEAT_S)
-        self.timeout_s = float(info.get("timeout_s") or HEAD_TIMEOUT_S)
-        self.sent_window = -1   # the first credit: every slot plus its prefetch
-        for w in list(self.workers.values()):
-            self._welcome_worker(w)
-
-    def _drop_all(self) -> int:
-        """Forget every task this agent holds: kill running commands and the workers that
-        hold tasks (fresh ones replace them); nothing about them is sent afterwards."""
-        held = len(self.py_queue) + len(self.cmd_queue) + sum(map(len, self.pinned.values()))
-        self.py_queue.clear()
-        self.cmd_queue.clear()
-        self.pinned.clear()
-        for run in self.commands.values():
-            if run.stopping != "drop":
-                held += 1
-                run.stopping = "drop"
-                launcher.kill(run)
-        for w in list(self.workers.values()):
-            if w.tasks and not w.doomed:
-                held += len(w.tasks)
-                self._kill_worker(w)
-        self.out_results.clear()
-        self.out_submit.clear()
-        self.out_funcs.clear()
-        self.out_return.clear()
-        self._child_results.clear()
-        return held
-
-    def _evicted(self, reason: str) -> None:
-        held = self._drop_all()
-        if self.draining:  # leaving anyway: the head no longer counts on anything here
-            log.warning("evicted by the head (%s) while draining: dropped %d tasks; leaving",
-                        reason, held)
-            self.finished = True
-            self.head_gone = True
-            return
-        log.warning("evicted by the head (%s): dropped %d tasks; joining again as a new agent",
-                    reason, held)
-        self.welcomed = False
-        self._hello()
 
     # ---- messages from workers ----------------------------------------------------------
     def _from_worker(self, ident: bytes, msg: list[Any]) -> None:
@@ -644,66 +429,6 @@ class Agent(Stopping):
         exc = launcher.check_failure(run) if status == P.ERR else None
         self._result_to_head([run.tid, status, payload, run.attempt,
                               failure_info(exc) if exc is not None else None])
-
-    # ---- the head connection ------------------------------------------------------------
-    def _connect_head(self) -> None:
-        """A fresh DEALER to ``self.address`` (the first, or after the head was lost)."""
-        if self.head is not None:
-            self.poller.unregister(self.head)
-            self.head.close(linger=0)
-        self.connects += 1
-        ident = self.name if self.connects == 1 else f"{self.name}.r{self.connects - 1}"
-        self.head = self.ctx.socket(zmq.DEALER)
-        self.head.setsockopt(zmq.IDENTITY, ident.encode())
-        self.head.setsockopt(zmq.SNDHWM, 0)
-        self.head.setsockopt(zmq.RCVHWM, 0)
-        self.head.setsockopt(zmq.LINGER, 2000)
-        self.head.setsockopt(zmq.RECONNECT_IVL, 10)  # a head starting beside us: retry soon
-        self.head.connect(self.address)
-        self.poller.register(self.head, zmq.POLLIN)
-
-    def _hello(self) -> None:
-        self.head_seen = time.monotonic()
-        self._send_head([P.HELLO, "agent", {"slots": self.slots, "host": socket.gethostname(),
-                                              "pid": os.getpid()}])
-
-    def _head_lost(self, now: float) -> None:
-        silent = now - self.head_seen
-        if self.reconnect > 0 and self.reconnect_until is None and not self.draining:
-            held = self._drop_all()
-            log.warning("no word from the head for %.0f s: dropped %d tasks; waiting up to "
-                        "%g s for a head on %s", silent, held, self.reconnect,
-                        self.connection_file or self.address)
-            self.welcomed = False
-            self.reconnect_until = now + self.reconnect
-            self.conn_checked = 0.0
-            self._connect_head()
-            self._hello()
-            return
-        if self.reconnect_until is not None:
-            log.warning("no head came back within %g s; stopping (exit status 3)", self.reconnect)
-        else:
-            log.warning("no word from the head for %.0f s; stopping its tasks (exit status 3)",
-                        silent)
-        self.exit_code = EXIT_HEAD_LOST
-        self.head_gone = True
-        self.running = False
-
-    def _watch_connection_file(self, now: float) -> None:
-        """While waiting for a new head: re-read the connection file every second."""
-        if self.connection_file is None or now - self.conn_checked < 1.0:
-            return
-        self.conn_checked = now
-        try:
-            conn = Connection.read(self.connection_file)
-        except (OSError, ValueError):
-            return  # being rewritten, or not there yet
-        if conn.address != self.address or conn.key != self.key:
-            log.info("the connection file now names %s; joining there", conn.address)
-            self.address, self.key = conn.address, conn.key
-            self.codec = P.Codec(conn.key)
-            self._connect_head()
-            self._hello()
 
     # ---- sending -------------------------------------------------------------------------
     def _send_head(self, msg: list[Any]) -> None:

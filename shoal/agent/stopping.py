@@ -34,7 +34,7 @@ from shoal.agent.failures import allocation_end, text_info
 from shoal.transport import protocol as P
 
 if TYPE_CHECKING:
-    from shoal.agent.agent import WorkerHandle
+    from shoal.agent.pool import WorkerHandle
 
 log = logging.getLogger("shoal.agent")
 
