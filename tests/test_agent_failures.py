@@ -23,9 +23,10 @@ import zmq
 
 from shoal.agent.failures import (
     OomWatch,
+    allocation_end,
     failure_info,
+    oom_counter_file,
     oom_kills,
-    own_cgroup_dir,
     parse_walltime,
 )
 from shoal.transport import protocol as P
@@ -291,16 +292,33 @@ def test_walltime_formats() -> None:
             parse_walltime(bad)
 
 
+def test_allocation_end_is_the_first_of_walltime_and_the_batch_job_end() -> None:
+    t0 = time.monotonic()
+    assert allocation_end(None, t0, {}) is None
+    assert allocation_end(50.0, t0, {}) == t0 + 50
+    slurm = {"SLURM_JOB_END_TIME": str(int(time.time()) + 100)}
+    assert abs(allocation_end(None, t0, slurm) - (time.monotonic() + 100)) < 2
+    assert allocation_end(50.0, t0, slurm) == t0 + 50
+    assert allocation_end(None, t0, {"SLURM_JOB_END_TIME": "junk"}) is None
+
+
 def test_oom_counter_from_cgroup_files(tmp_path: Any) -> None:
-    (tmp_path / "cgroup").write_text("0::/user.slice/job\n")
-    assert own_cgroup_dir(str(tmp_path / "cgroup"), "/sys/fs/cgroup") == \
-        "/sys/fs/cgroup/user.slice/job"
-    (tmp_path / "v1").write_text("4:memory:/x\n")
-    assert own_cgroup_dir(str(tmp_path / "v1")) is None
-    events = tmp_path / "memory.events"
+    root = tmp_path / "fs"
+    (root / "job").mkdir(parents=True)
+    (root / "memory" / "old").mkdir(parents=True)
+    (root / "job" / "memory.events").write_text("oom 0\noom_kill 0\n")
+    (root / "memory" / "old" / "memory.oom_control").write_text("under_oom 0\noom_kill 0\n")
+    (tmp_path / "v2").write_text("0::/job\n")
+    assert oom_counter_file(str(tmp_path / "v2"), str(root)) == str(root / "job" / "memory.events")
+    (tmp_path / "v1").write_text("4:memory:/old\n0::/\n")
+    assert oom_counter_file(str(tmp_path / "v1"), str(root)) == \
+        str(root / "memory" / "old" / "memory.oom_control")
+    (tmp_path / "none").write_text("1:cpu:/x\n")
+    assert oom_counter_file(str(tmp_path / "none"), str(root)) is None
+    events = root / "job" / "memory.events"
     events.write_text("low 0\nhigh 0\nmax 3\noom 2\noom_kill 1\n")
     assert oom_kills(str(events)) == 1
-    watch = OomWatch(str(tmp_path))
+    watch = OomWatch(str(events))
     assert not watch.struck()
     events.write_text("low 0\nhigh 0\nmax 4\noom 3\noom_kill 2\n")
     assert watch.struck()
@@ -358,6 +376,45 @@ def test_worker_killed_by_signal_9_is_lost_and_says_so(head: FakeHead) -> None:
     assert "killed by signal 9" in r[P.R_INFO]["why"]
     (tid,) = head.give(ident, head.py(add, 1, 1))  # a fresh worker took its place
     assert pickle.loads(head.results({tid})[tid][P.R_PAYLOAD]) == 2
+
+
+def hog(mb: int) -> None:
+    blocks = []
+    for _ in range(mb):
+        blocks.append(bytearray(1 << 20))   # touched: really resident
+
+
+def test_worker_killed_by_the_oom_killer_is_lost_and_says_so(head: FakeHead) -> None:
+    cg = f"/sys/fs/cgroup/memory/shoal-test-{os.getpid()}"
+    try:
+        os.mkdir(cg)
+    except OSError:
+        pytest.skip("cannot make a cgroup v1 memory group here")
+    try:
+        with open(f"{cg}/memory.limit_in_bytes", "w") as fh:
+            fh.write(str(300 << 20))
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        p = subprocess.Popen(
+            ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$0" "$@"', PY, "-m",
+             "shoal.agent", "--connection", head.connfile, "--slots", "1"],
+            env=env, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        head.procs.append(p)
+        ident = head.join()
+        (tid,) = head.give(ident, head.py(hog, 2000, attempt=2))
+        r = head.results({tid}, timeout=60)[tid]
+        assert r[P.R_STATUS] == P.LOST and r[P.R_ATTEMPT] == 2
+        why = r[P.R_PAYLOAD].decode()
+        assert "killed by signal 9" in why and "out-of-memory killer" in why, why
+        (tid,) = head.give(ident, head.py(add, 1, 1))  # a fresh worker took its place
+        assert head.results({tid})[tid][P.R_STATUS] == P.OK
+    finally:
+        for p in head.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        wait_for(lambda: not open(f"{cg}/cgroup.procs").read().strip(), 10)
+        os.rmdir(cg)
 
 
 # ---- time limits ---------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 - ``failure_info``: the ``info`` of a failed RESULT (protocol.py): one line saying why and
   the raised class's MRO, so the head can apply ``retry_on`` without unpickling anything.
 - ``OomWatch``: whether the kernel's out-of-memory killer killed something in this agent's
-  cgroup since the last look (cgroup v2 ``memory.events``, counter ``oom_kill``).
+  cgroup since the last look (counter ``oom_kill``: cgroup v2 ``memory.events``, or v1
+  ``memory.oom_control``).
 - ``parse_walltime`` / ``allocation_end``: when this agent must be gone, for the drain.
 """
 
@@ -39,25 +40,35 @@ def text_info(why: str) -> dict[str, Any]:
 
 
 # ---- the OOM killer -----------------------------------------------------------------------
-def own_cgroup_dir(proc_cgroup: str = "/proc/self/cgroup",
-                   root: str = "/sys/fs/cgroup") -> str | None:
-    """This process's cgroup v2 directory, or None (cgroup v1, or not Linux)."""
+def oom_counter_file(proc_cgroup: str = "/proc/self/cgroup",
+                     root: str = "/sys/fs/cgroup") -> str | None:
+    """The file holding this process's cgroup ``oom_kill`` counter, or None.
+
+    cgroup v2: ``memory.events`` of the unified hierarchy's cgroup; v1 (or a hybrid
+    system whose memory controller is on v1): ``memory.oom_control`` of the memory one.
+    """
+    v2 = v1 = None
     try:
         with open(proc_cgroup) as fh:
             for line in fh:
                 hier, _, rest = line.rstrip("\n").partition(":")
                 controllers, _, path = rest.partition(":")
                 if hier == "0" and controllers == "":
-                    return os.path.join(root, path.lstrip("/"))
+                    v2 = os.path.join(root, path.lstrip("/"), "memory.events")
+                elif "memory" in controllers.split(","):
+                    v1 = os.path.join(root, "memory", path.lstrip("/"), "memory.oom_control")
     except OSError:
-        pass
+        return None
+    for cand in (v2, v1):
+        if cand and os.path.exists(cand):
+            return cand
     return None
 
 
-def oom_kills(events_file: str) -> int | None:
-    """The ``oom_kill`` counter of a cgroup v2 ``memory.events`` file (None: unreadable)."""
+def oom_kills(counter_file: str) -> int | None:
+    """The ``oom_kill`` counter in a cgroup's counter file (None: unreadable)."""
     try:
-        with open(events_file) as fh:
+        with open(counter_file) as fh:
             for line in fh:
                 name, _, value = line.partition(" ")
                 if name == "oom_kill":
@@ -70,15 +81,14 @@ def oom_kills(events_file: str) -> int | None:
 class OomWatch:
     """Tells whether the OOM killer struck in this cgroup (or below) since the last ask."""
 
-    def __init__(self, cgroup_dir: str | None = None) -> None:
-        cg = cgroup_dir if cgroup_dir is not None else own_cgroup_dir()
-        self.events_file = os.path.join(cg, "memory.events") if cg else None
-        self.seen = oom_kills(self.events_file) if self.events_file else None
+    def __init__(self, counter_file: str | None = None) -> None:
+        self.counter_file = counter_file if counter_file is not None else oom_counter_file()
+        self.seen = oom_kills(self.counter_file) if self.counter_file else None
 
     def struck(self) -> bool:
-        if self.events_file is None or self.seen is None:
+        if self.counter_file is None or self.seen is None:
             return False
-        now = oom_kills(self.events_file)
+        now = oom_kills(self.counter_file)
         if now is None:
             return False
         rose, self.seen = now > self.seen, now

@@ -171,7 +171,7 @@ class WorkerPool:
                 signame = str(-code)
             how = f"was killed by signal {-code} ({signame})"
             if code == -signal.SIGKILL and self.oom.struck():
-                how += "; the out-of-memory killer killed it (memory.events oom_kill rose)"
+                how += "; the out-of-memory killer killed it (its cgroup's oom_kill count rose)"
         else:
             how = f"exited with status {code}"
         why = f"worker {w.index} (pid {w.pid}) on {self.name} {how} while running this task"

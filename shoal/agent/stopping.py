@@ -59,9 +59,13 @@ class Stopping:
         self.limits_next = math.inf              # when _check_limits has work next
         self.bad_limit_logged = False
         self.wake_r = self.wake_w = -1
-        end = allocation_end(self.walltime, time.monotonic())
+        now = time.monotonic()
+        end = allocation_end(self.walltime, now)
         self.drain_at = math.inf if end is None else end - self.drain_timeout
         self.alloc_end = math.inf if end is None else end
+        if self.drain_at <= now:
+            log.warning("%.0f s left, not more than the drain timeout (%g s): leaving at once",
+                        self.alloc_end - now, self.drain_timeout)
 
     # ---- time limits ---------------------------------------------------------------------
     def _time_limit(self, spec: list[Any]) -> float | None:
