@@ -103,6 +103,7 @@ class FakeHead:
         self.last_beat = 0.0
         self.seq = 0
         self.fid = 0
+        self.fids: dict[Any, int] = {}
 
     def close(self) -> None:
         self.sock.close(0)
@@ -198,8 +199,10 @@ class FakeHead:
 
     def py(self, fn: Any, *args: Any, attempt: int = 1, owner: int = 1,
            opts: dict[str, Any] | None = None) -> tuple[list[Any], dict[int, bytes]]:
-        self.fid += 1
-        fid = CLIENT | (1 << 31) | self.fid
+        fid = self.fids.get(fn)
+        if fid is None:  # one id per function, as a client does: run times add up per id
+            self.fid += 1
+            fid = self.fids[fn] = CLIENT | (1 << 31) | self.fid
         spec = [self.tid(), P.PY, fid, pickle.dumps((args, {})), [], 1, -1, None, opts,
                 attempt, owner]
         return spec, {fid: cloudpickle.dumps(fn)}
@@ -611,7 +614,7 @@ def test_agent_frozen_past_the_timeout_does_not_give_up_on_a_live_head(head: Fak
 
 # ---- drain ---------------------------------------------------------------------------------------
 def test_sigterm_drains_returns_unstarted_and_finishes_running(head: FakeHead) -> None:
-    p = head.start_agent("--drain-timeout", "6", slots=2)
+    p = head.start_agent("--drain-timeout", "6", slots=3)
     ident = head.join()
     # make nap known-short so the worker is sent a queue of them (prefetched in the worker)
     warm = [head.py(nap, 0) for _ in range(30)]
@@ -621,6 +624,7 @@ def test_sigterm_drains_returns_unstarted_and_finishes_running(head: FakeHead) -
     too_long = head.cmd(["sleep", "60"])
     all_tids = head.give(ident, *running, too_long, *queued)
     time.sleep(0.5)
+    t0 = time.monotonic()
     p.send_signal(signal.SIGTERM)
     results: dict[int, list[Any]] = {}
     returned: list[int] = []
@@ -650,8 +654,31 @@ def test_sigterm_drains_returns_unstarted_and_finishes_running(head: FakeHead) -
     for tid in all_tids[:2]:  # the running ones finished
         assert results[tid][P.R_STATUS] == P.OK
     assert too_long[0] in returned   # killed at the deadline and handed back
+    assert time.monotonic() - t0 >= 5.5
     assert len(returned) >= 4
-    assert "drained" in head.log_of()
+    log = head.log_of()
+    assert "drain deadline: killed and handed back 1 running tasks" in log, log
+    assert "drained" in log
+
+
+def test_drain_takes_back_what_a_worker_had_queued(head: FakeHead) -> None:
+    p = head.start_agent(slots=1)
+    ident = head.join()
+    head.results(set(head.give(ident, *[head.py(nap, 0) for _ in range(30)])))
+    long, *short = head.give(ident, head.py(nap, 1.5), *[head.py(nap, 0) for _ in range(5)])
+    time.sleep(0.5)
+    p.send_signal(signal.SIGTERM)
+    returned, results = [], {}
+    for msg in head.collect(5.0, (P.RETURN, P.RESULTS, P.BYE)):
+        if msg[0] == P.RETURN:
+            returned += msg[1]
+        elif msg[0] == P.RESULTS:
+            results.update({i[0]: i for i in msg[1]})
+        else:
+            break
+    assert sorted(returned) == sorted(short) and set(results) == {long}
+    assert p.wait(10) == 0
+    assert "worker 0 handed back 5 tasks it had queued" in head.log_of()
 
 
 def test_walltime_starts_the_drain(head: FakeHead) -> None:

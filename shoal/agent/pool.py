@@ -4,7 +4,8 @@ A mixin of ``Agent`` (shoal.agent.agent). Each worker is forked from the agent (
 with what the agent imported), reaches the agent over a ROUTER socket, and shares one
 ``running_slots`` record per worker index with it: the agent task it runs now and since
 when (int64 task id, float64 monotonic start). From that record the agent charges a
-worker's death to the task that was running, exactly, and enforces time limits.
+worker's death to the task that was running, exactly, and enforces time limits; and one
+flag byte asks the worker to give back what it has queued (the drain).
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from shoal.transport import protocol as P
 
 log = logging.getLogger("shoal.agent")
 
-SLOT_BYTES = 16   # per worker in running_slots: int64 task id, float64 monotonic start
+# Per worker in running_slots: int64 task id, float64 monotonic start, then one byte the
+# agent sets to ask the worker to give back its queue (the drain).
+SLOT_BYTES = 24
+GIVE_BACK = 16
 
 
 def spec_attempt(spec: list[Any]) -> int | None:
@@ -74,7 +78,7 @@ class WorkerPool:
         sys.stdout.flush()
         sys.stderr.flush()
         os.environ["SHOAL_AGENT_PID"] = str(os.getpid())  # the worker checks it still has us
-        struct.pack_into("qd", self.running_slots, SLOT_BYTES * index, 0, 0.0)
+        struct.pack_into("qdq", self.running_slots, SLOT_BYTES * index, 0, 0.0, 0)
         pid = os.fork()
         if pid == 0:  # child: becomes a warm worker, never returns
             try:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from shoal.agent import launcher
 from shoal.agent.failures import allocation_end, text_info
+from shoal.agent.pool import GIVE_BACK, SLOT_BYTES
 from shoal.transport import protocol as P
 
 if TYPE_CHECKING:
@@ -121,9 +122,9 @@ class Stopping:
         for w in list(self.workers.values()):
             if not w.timed or w.doomed:
                 continue
-            tid, t0 = _SLOT.unpack_from(slots, 16 * w.index)
+            tid, t0 = _SLOT.unpack_from(slots, SLOT_BYTES * w.index)
             if tid in w.timed and tid not in w.started:
-                if struct.unpack_from("q", slots, 16 * w.index)[0] == tid:  # still the same
+                if struct.unpack_from("q", slots, SLOT_BYTES * w.index)[0] == tid:  # the same
                     w.started[tid] = t0
             expired = 0
             for t, began in w.started.items():
@@ -247,6 +248,9 @@ class Stopping:
         self.out_return.extend(queued)
         for w in self.workers.values():
             if w.tasks and not w.doomed:
+                # the flag is seen between two tasks; the message wakes an idle worker and
+                # follows any TASKS still in flight to it
+                self.running_slots[SLOT_BYTES * w.index + GIVE_BACK] = 1
                 self._send_worker(w, [P.RETURN])
                 self.returns_pending.add(w.ident)
         running = sum(1 for r in self.commands.values() if r.stopping != "drop")
@@ -258,11 +262,15 @@ class Stopping:
     def _worker_returned(self, w: WorkerHandle, tids: list[int]) -> None:
         """A worker's answer to RETURN: the tasks it had queued and now forgot."""
         self.returns_pending.discard(w.ident)
+        back = 0
         for t in tids:
             if w.tasks.pop(t, None) is not None:
                 w.queued_s -= w.est.pop(t, 0.0)
                 w.timed.pop(t, None)
                 self.out_return.append(t)
+                back += 1
+        if back:
+            log.info("worker %d handed back %d tasks it had queued", w.index, back)
 
     def _worker_gone(self, w: WorkerHandle) -> None:
         self.returns_pending.discard(w.ident)

@@ -22,7 +22,10 @@ Messages with the agent (all batched):
 
 The agent sees which task runs here, and since when, in shared memory (``running_slot``:
 an int64 task id and a float64 monotonic start time at ``slot_offset``): it enforces time
-limits and stops cancelled tasks by killing this process, whatever the task is doing.
+limits and stops cancelled tasks by killing this process, whatever the task is doing. The
+byte after them is the agent's "give back" flag: set when it drains, the worker looks at it
+before it starts each queued task (a message would wait behind the running task), drops its
+queue and says which tasks it dropped (RETURN), so none is both handed back and run.
 """
 
 from __future__ import annotations
@@ -158,8 +161,7 @@ class WorkerContext:
             elif kind == P.CANCEL:
                 self._drop_queued(set(msg[2]))
             elif kind == P.RETURN:
-                dropped = self._drop_queued(None)
-                self._send([P.RETURN, dropped])
+                self._give_back()
             elif kind == P.SHUTDOWN:
                 self.running = False
                 return
@@ -192,6 +194,9 @@ class WorkerContext:
                     self.local_tids.add(spec[0])
                     self._start(spec, root)
                 elif self.queue:
+                    if self.running_slot is not None and self.running_slot[self.slot_offset + 16]:
+                        self._give_back()
+                        break
                     self._start(self.queue.popleft())
                 else:
                     break
@@ -200,6 +205,12 @@ class WorkerContext:
                     or time.monotonic() - self.first_unsent > FLUSH_AFTER_S
                 ):
                     self.flush()
+
+    def _give_back(self) -> None:
+        """The agent drains: drop every queued task not started and say which."""
+        if self.running_slot is not None:
+            self.running_slot[self.slot_offset + 16] = 0
+        self._send([P.RETURN, self._drop_queued(None)])
 
     def _drop_queued(self, tids: set[int] | None) -> list[int]:
         """Forget queued tasks not started (those in ``tids``, or all); their ids."""
