@@ -12,6 +12,7 @@ import json
 import logging
 import sys
 
+from shoal.agent import limits
 from shoal.agent.agent import Agent
 from shoal.agent.headlink import EXIT_BAD_ARGS
 from shoal.transport.connfile import Connection
@@ -58,15 +59,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--owner-pid", type=int, help="stop when this process dies")
     ap.add_argument("--sys-path", help="JSON list of import paths for workers")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--max-output", metavar="SIZE", help=limits.OUTPUT_HELP)
+    ap.add_argument("--max-result", metavar="SIZE", help=limits.RESULT_HELP)
     add_failure_options(ap)
     args = ap.parse_args(argv)
+    try:
+        limits.check_counts(args.slots, args.workers)
+        limits.configure(*limits.from_args(args.max_output, args.max_result))
+        extra = failure_kwargs(args, args.connection)
+    except ValueError as exc:
+        print(f"python -m shoal.agent: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="shoal agent: %(message)s")
     try:
         conn = Connection.read(args.connection)
-        extra = failure_kwargs(args, args.connection)
     except (OSError, ValueError) as exc:
-        print(f"shoal agent: {exc}", file=sys.stderr)
+        print(f"python -m shoal.agent: {exc}", file=sys.stderr)
         return EXIT_BAD_ARGS
     agent = Agent(conn.address, conn.key, slots=args.slots, workers=args.workers, name=args.name,
                   owner_pid=args.owner_pid,

@@ -497,7 +497,7 @@ class Agent(WorkerPool, HeadLink, Stopping):
 
     def _wait_s(self, now: float) -> float:
         """How long the next poll may sleep: until the next thing due."""
-        due = now + 1.0 if self.owner_pid is not None else math.inf
+        due = now + 1.0 if self.owner_pid is not None or self.commands else math.inf
         if self.welcomed:
             due = min(due, self.sent_at + self.heartbeat_s)
         if self.reconnect_until is not None:  # re-read the connection file every second
@@ -530,7 +530,7 @@ class Agent(WorkerPool, HeadLink, Stopping):
         poller.register(self.cmd_epoll.fileno(), zmq.POLLIN)
         wake_fd = self._watch_signals()
         epoll_fd = self.cmd_epoll.fileno()
-        owner_checked = time.monotonic()
+        second = time.monotonic()
         try:
             while self.running:
                 before = time.monotonic()
@@ -566,9 +566,10 @@ class Agent(WorkerPool, HeadLink, Stopping):
                 if self.finished:
                     break
                 now = time.monotonic()
-                if self.owner_pid is not None and now >= owner_checked + 1.0:
-                    owner_checked = now
-                    if not alive(self.owner_pid):
+                if now >= second + 1.0:  # about once a second
+                    second = now
+                    launcher.trim_captures(self.commands.values())  # output over --max-output
+                    if self.owner_pid is not None and not alive(self.owner_pid):
                         log.info("owner process is gone; stopping")
                         break
                 if self.reconnect_until is not None:
