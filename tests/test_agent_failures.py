@@ -588,6 +588,32 @@ def test_reconnect_waits_for_a_new_head_on_the_same_connection_file(head: FakeHe
         new.close()
 
 
+def test_reconnect_gives_up_after_its_window_with_status_3(head: FakeHead) -> None:
+    p = head.start_agent("--reconnect", "2", slots=1)
+    head.join(heartbeat_s=0.2, timeout_s=1.0)
+    head.beats = False
+    assert p.wait(30) == 3
+    assert "no head came back within 2 s" in head.log_of()
+    assert not children_of(p.pid)
+
+
+def test_a_second_sigterm_stops_a_drain_at_once(head: FakeHead) -> None:
+    p = head.start_agent(slots=1)
+    ident = head.join()
+    pidfile = os.path.join(head.tmp, "w.pid")
+    (tid,) = head.give(ident, head.py(write_pid_then_nap, pidfile, 60))
+    wpid = read_pid(pidfile)
+    p.send_signal(signal.SIGTERM)
+    head.expect(P.DRAIN)
+    time.sleep(0.5)
+    assert p.poll() is None  # draining: the running task may finish
+    p.send_signal(signal.SIGTERM)
+    _, bye = head.expect(P.BYE, 10)
+    assert bye[1] == "shutdown"
+    assert p.wait(10) == 0
+    assert not alive(wpid)
+
+
 def test_agent_frozen_past_the_timeout_does_not_give_up_on_a_live_head(head: FakeHead) -> None:
     p = head.start_agent(slots=1)
     ident = head.join(heartbeat_s=0.2, timeout_s=2.0)
