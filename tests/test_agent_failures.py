@@ -84,6 +84,13 @@ def submit_children(n: int) -> int:
     return n
 
 
+def wait_on_children(n: int) -> list[int]:
+    from shoal.agent.worker import current
+
+    futs = [current().submit(add, i, i) for i in range(n)]  # the last ones go out
+    return [f.result() for f in futs]
+
+
 # ---- the pretend head ----------------------------------------------------------------------
 class FakeHead:
     def __init__(self, tmp: str, name: str = "head") -> None:
@@ -467,6 +474,18 @@ def test_python_task_stuck_in_c_code_is_killed_at_its_limit(head: FakeHead) -> N
     assert got[tids[1]][P.R_STATUS] == P.OK
     pid_after = pickle.loads(got[tids[1]][P.R_PAYLOAD])
     assert pid_after != pid_before and not alive(pid_before)
+
+
+def test_python_task_waiting_on_sub_tasks_times_out(head: FakeHead) -> None:
+    head.start_agent(slots=1)
+    ident = head.join()
+    (tid,) = head.give(ident, head.py(wait_on_children, 4, attempt=2, opts={"timeout": 1.5}))
+    _, sub = head.expect(P.SUBMIT)   # never answered: the task waits for ever
+    assert sub[1]
+    r = head.results({tid})[tid]
+    assert r[P.R_STATUS] == P.TIMEOUT and r[P.R_ATTEMPT] == 2
+    (tid,) = head.give(ident, head.py(add, 3, 4))
+    assert pickle.loads(head.results({tid})[tid][P.R_PAYLOAD]) == 7
 
 
 # ---- stopping running tasks ----------------------------------------------------------------------
