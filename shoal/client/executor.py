@@ -505,6 +505,7 @@ class Executor(cf.Executor):
                                 self._slots = int(info.get("slots") or 0)
                             beat = self._heartbeat_s = float(info.get("heartbeat_s") or HEARTBEAT_S)
                             silence = self._timeout_s = float(info.get("timeout_s") or TIMEOUT_S)
+                            next_check = min(next_check, time.monotonic() + beat)
                             if info.get("journal") and self._keys is None:
                                 self._keys = O.KeyCounter()  # a `shoal head --journal` run
                             welcomed = True

@@ -102,17 +102,14 @@ class ShoalFuture(cf.Future):
         self._state = _PENDING
         self._result: Any = None
         self._exception: BaseException | None = None
-        self._w: list[Any] | None = None     # concurrent.futures waiters, made on first use
+        self._w: Any = None                  # concurrent.futures waiters: see _Waiters
         self._cbs: list[Callable[[cf.Future], object]] | None = None
         self._agent_num = 0                  # from the result: the agent that ran it
 
     # concurrent.futures.wait/as_completed reach for the waiters list directly
     @property
-    def _waiters(self) -> list[Any]:
-        w = self._w
-        if w is None:
-            w = self._w = []
-        return w
+    def _waiters(self) -> _Waiters:
+        return _Waiters(self)
 
     @property
     def _done_callbacks(self) -> list[Callable[[cf.Future], object]]:
@@ -213,21 +210,20 @@ class ShoalFuture(cf.Future):
             if self._state != _PENDING:
                 return False
             w = self._w
+            waiters = () if w is None else w if type(w) is list else (w,)
             if cancelled:
                 self._state = _NOTIFIED
-                if w:
-                    for waiter in w:
-                        waiter.add_cancelled(self)
+                for waiter in waiters:
+                    waiter.add_cancelled(self)
             else:
                 self._result = result
                 self._exception = exc
                 self._state = _FINISHED
-                if w:
-                    for waiter in w:
-                        if exc is None:
-                            waiter.add_result(self)
-                        else:
-                            waiter.add_exception(self)
+                for waiter in waiters:
+                    if exc is None:
+                        waiter.add_result(self)
+                    else:
+                        waiter.add_exception(self)
             if notify and cond._waiters:  # type: ignore[attr-defined]
                 cond.notify_all()
         if self._cbs:
@@ -261,6 +257,55 @@ class ShoalFuture(cf.Future):
 
     def __repr__(self) -> str:
         return f"<ShoalFuture task={self.tid:#x} state={self._state.lower()}>"
+
+
+class _Waiters:
+    """A future's waiters list as ``concurrent.futures`` uses it (append, remove, iterate).
+
+    ``wait``/``as_completed`` put one waiter on each future they watch: the future keeps
+    a single waiter as itself in ``_w`` and only a second one makes a list, so watching a
+    million futures costs no list per future. Made per access, never stored.
+    """
+
+    __slots__ = ("_f",)
+
+    def __init__(self, fut: ShoalFuture) -> None:
+        self._f = fut
+
+    def _items(self) -> tuple[Any, ...] | list[Any]:
+        w = self._f._w
+        return () if w is None else w if type(w) is list else (w,)
+
+    def append(self, waiter: Any) -> None:
+        f = self._f
+        w = f._w
+        if w is None:
+            f._w = waiter
+        elif type(w) is list:
+            w.append(waiter)
+        else:
+            f._w = [w, waiter]
+
+    def remove(self, waiter: Any) -> None:
+        f = self._f
+        w = f._w
+        if type(w) is list:
+            w.remove(waiter)
+            if len(w) == 1:
+                f._w = w[0]
+        elif w is waiter:
+            f._w = None
+        else:
+            raise ValueError("waiter not in list")
+
+    def __iter__(self) -> Any:
+        return iter(self._items())
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+    def __bool__(self) -> bool:
+        return self._f._w is not None
 
 
 def wake(cond: threading.Condition) -> None:

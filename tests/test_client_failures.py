@@ -1,0 +1,547 @@
+"""The client side of failures (issue 10): head loss, task options, journal keys, light futures.
+
+Two kinds of head: real ones (the local default, or ``python -m shoal.head`` + ``python -m
+shoal.agent`` started here) for kill -9, and :class:`WireHead`, a head played by the test
+over a real ZeroMQ socket and the real signed protocol, which shows exactly what the client
+puts on the wire and lets the test decide when (and whether) each result comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import contextlib
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import zmq
+
+import shoal
+from shoal import Command, Executor, ExecutorError, HeadLost, TaskLost, TaskTimeout
+from shoal.client import options as O
+from shoal.client.future import ShoalFuture, decode_error, deliver, exception_payload
+from shoal.transport import protocol as P
+from shoal.transport.connfile import Connection
+
+from .conftest import pid_alive, wait_gone
+
+PY = sys.executable
+
+
+def inc(x):
+    return x + 1
+
+
+def nap(t):
+    time.sleep(t)
+    return t
+
+
+# ---- a head played by the test ------------------------------------------------------------
+class WireHead:
+    """The head's side of the protocol on a real socket: WELCOMEs, records what clients
+    send, answers CANCEL with what the test says, resolves tasks when the test says."""
+
+    def __init__(self, tmp_path, **welcome) -> None:
+        self.conn = Connection.new(f"ipc://{tmp_path}/wire-head")
+        self.path = str(tmp_path / "wire.json")
+        self.conn.write(self.path)
+        self.codec = P.Codec(self.conn.key)
+        self.welcome = {"origin": 1, "prefetch": 1, "run_id": self.conn.run_id, "slots": 2,
+                        "heartbeat_s": 0.2, "timeout_s": 1.5, "num": 0, **welcome}
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(self.conn.address)
+        self.lock = threading.Lock()
+        self.tasks: list[list] = []          # every task spec received, in order
+        self.kinds: list[tuple[float, int]] = []
+        self.cancellable: set[int] = set()   # tids the head "stopped" when asked
+        self.outbox: list[list] = []
+        self.beating = True
+        self.silent = False
+        self.client: bytes | None = None
+        self.running = True
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _send(self, msg: list) -> None:
+        self.sock.send_multipart([self.client, *self.codec.encode(msg)])
+
+    def _loop(self) -> None:
+        next_beat = time.monotonic()
+        while self.running:
+            if self.sock.poll(20):
+                ident, sig, body = self.sock.recv_multipart()
+                msg = self.codec.decode(sig, body)
+                with self.lock:
+                    self.kinds.append((time.monotonic(), msg[0]))
+                    if msg[0] == P.SUBMIT:
+                        self.tasks.extend(msg[1])
+                if self.silent:
+                    continue
+                if msg[0] == P.HELLO:
+                    self.client = ident
+                    self._send([P.WELCOME, self.welcome])
+                elif msg[0] == P.CANCEL:
+                    with self.lock:
+                        done = [t for t in msg[2] if t in self.cancellable]
+                    self._send([P.CANCEL, msg[1], done])
+            with self.lock:
+                out, self.outbox = self.outbox, []
+            if self.client is None or self.silent:
+                continue
+            for m in out:
+                self._send(m)
+            if self.beating and time.monotonic() >= next_beat:
+                next_beat = time.monotonic() + 0.2
+                self._send([P.HEARTBEAT])
+
+    def send(self, msg: list) -> None:
+        with self.lock:
+            self.outbox.append(msg)
+
+    def wait_tasks(self, n: int, timeout: float = 10.0) -> list[list]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if len(self.tasks) >= n:
+                    return list(self.tasks)
+            time.sleep(0.01)
+        raise AssertionError(f"the client sent {len(self.tasks)} tasks, not {n}")
+
+    def close(self) -> None:
+        self.running = False
+        self.thread.join(5)
+        self.sock.close(0)
+        self.ctx.term()
+
+
+@pytest.fixture
+def wire(tmp_path):
+    heads: list[WireHead] = []
+
+    def make(**welcome) -> WireHead:
+        where = tmp_path / f"head{len(heads)}"
+        where.mkdir()
+        heads.append(WireHead(where, **welcome))
+        return heads[-1]
+
+    yield make
+    for h in heads:
+        h.close()
+
+
+@contextlib.contextmanager
+def joined(head: WireHead, **kwargs):
+    """An Executor on a played head; at the end the head shuts down, failing what is left."""
+    ex = Executor(connect=head.path, **kwargs)
+    try:
+        yield ex
+    finally:
+        head.send([P.SHUTDOWN])
+        ex.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ex():
+    with Executor(workers=2) as executor:
+        yield executor
+
+
+def opts_of(spec: list) -> dict | None:
+    return spec[P.T_OPTS] if len(spec) > P.T_OPTS else None
+
+
+# ---- exceptions -----------------------------------------------------------------------------
+def test_exceptions_are_exported_with_their_bases():
+    assert issubclass(shoal.HeadLost, shoal.ExecutorError)
+    assert issubclass(shoal.ExecutorError, RuntimeError)
+    assert issubclass(shoal.TaskTimeout, TimeoutError)
+    from shoal.client.executor import ExecutorError as from_executor
+
+    assert from_executor is shoal.ExecutorError
+    for name in ("HeadLost", "TaskTimeout", "TaskLost", "ExecutorError"):
+        assert name in shoal.__all__
+
+
+def test_statuses_become_their_exceptions():
+    assert isinstance(decode_error(P.TIMEOUT, b"killed at its time limit (2 s)"), TaskTimeout)
+    assert isinstance(decode_error(P.LOST, b"worker died"), TaskLost)
+    assert str(decode_error(P.TIMEOUT, b"killed after 2 s")) == "killed after 2 s"
+
+
+def test_failed_attempts_become_a_note():
+    lines = ["attempt 1 on agent-a: ValueError: x", "attempt 2 on agent-b: ValueError: x"]
+    f = ShoalFuture(1, None)
+    deliver(f, P.ERR, exception_payload(ValueError("x"), "Traceback ...\nValueError: x\n"), lines)
+    exc = f.exception(0)
+    assert isinstance(exc, ValueError)
+    note = "\n".join(exc.__notes__)
+    assert "attempt 1 on agent-a: ValueError: x" in note and "attempt 2 on agent-b" in note
+    lost = ShoalFuture(2, None)
+    deliver(lost, P.LOST, b"worker died (SIGKILL)", ["attempt 1 on agent-a: lost", "attempt 2 on agent-a: lost"])
+    with pytest.raises(TaskLost) as info:
+        lost.result(0)
+    assert any("attempt 2 on agent-a: lost" in n for n in info.value.__notes__)
+    ok = ShoalFuture(3, None)
+    deliver(ok, P.OK, pickle.dumps(5), ["attempt 1 on agent-a: lost"])
+    assert ok.result(0) == 5
+
+
+# ---- options ------------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, what", [
+    ({"retries": -1}, "retries"), ({"retries": 1.5}, "retries"), ({"retries": True}, "retries"),
+    ({"timeout": 0}, "timeout"), ({"timeout": -2}, "timeout"), ({"timeout": float("nan")}, "timeout"),
+    ({"timeout": "10"}, "timeout"), ({"retry_on": ValueError("x")}, "retry_on"),
+    ({"retry_on": "ValueError"}, "retry_on"), ({"retry_on": ()}, "retry_on"),
+    ({"retry_on": (ValueError, int)}, "retry_on"), ({"key": 3}, "key"), ({"key": ""}, "key"),
+    ({"cores": 0}, "cores"), ({"agent": "a", "prefer": "b"}, "agent= or prefer="),
+])
+def test_bad_options_are_one_clear_error(ex, kwargs, what):
+    with pytest.raises(ValueError, match=what):
+        ex.options(**kwargs)
+
+
+def test_bad_executor_options_fail_before_anything_starts(tmp_path):
+    for kwargs, what in (({"retries": -1}, "retries"), ({"task_timeout": 0}, "task_timeout"),
+                         ({"heartbeat_timeout": -1}, "heartbeat_timeout"),
+                         ({"crash_limit": 0}, "crash_limit"), ({"journal": ""}, "journal")):
+        with pytest.raises(ValueError, match=what):
+            Executor(**kwargs)
+    # the head's policy belongs to `shoal head` when joining one
+    for kwargs in ({"journal": str(tmp_path / "j.db")}, {"crash_limit": 2}, {"heartbeat_timeout": 3}):
+        with pytest.raises(ValueError, match="shoal head"):
+            Executor(connect=str(tmp_path / "none.json"), **kwargs)
+
+
+def test_task_opts_holds_only_what_differs_from_the_defaults():
+    assert O.task_opts(None, None, None) is None
+    assert O.task_opts(0, None, None) is None
+    assert O.task_opts(2, (ValueError, OSError), 1) == {
+        "retries": 2, "retry_on": ["builtins.ValueError", "builtins.OSError"], "timeout": 1.0}
+    assert O.task_opts(None, KeyError, None, "k") == {"retry_on": ["builtins.KeyError"], "key": "k"}
+    assert O.class_names(shoal.TaskLost) == ["shoal.client.future.TaskLost"]
+
+
+def test_options_land_in_the_task_on_the_wire(wire):
+    head = wire()
+    with joined(head) as plain:
+        plain.submit(inc, 1)
+        plain.options(retries=3, retry_on=ValueError, timeout=2.5).submit(inc, 2)
+        plain.options(agent="a-1", key="mine").submit(inc, 3)
+        plain.options(timeout=1).map(inc, range(4), chunksize=2)
+        specs = head.wait_tasks(5)
+        assert len(specs[0]) == 7  # nothing optional travels
+        assert opts_of(specs[1]) == {"retries": 3, "retry_on": ["builtins.ValueError"], "timeout": 2.5}
+        assert specs[1][P.T_PLACE] is None
+        assert specs[2][P.T_PLACE] == ["a-1", True] and opts_of(specs[2]) == {"key": "mine"}
+        assert [opts_of(s) for s in specs[3:5]] == [{"timeout": 1.0}] * 2
+    head2 = wire()
+    with joined(head2, retries=2, task_timeout=30) as defaults:
+        defaults.submit(inc, 1)
+        defaults.options(retries=0).submit(inc, 2)
+        defaults.options(timeout=5, retries=4).submit(inc, 3)
+        defaults.submit(Command("true"))
+        specs = head2.wait_tasks(4)
+        assert opts_of(specs[0]) == {"retries": 2, "timeout": 30.0}
+        assert opts_of(specs[1]) == {"timeout": 30.0}
+        assert opts_of(specs[2]) == {"retries": 4, "timeout": 5.0}
+        assert opts_of(specs[3]) == {"retries": 2, "timeout": 30.0}
+
+
+# ---- journal keys -------------------------------------------------------------------------
+def _keys_of_one_run(wire) -> list[str]:
+    head = wire(journal=True)  # a head run with --journal tells its clients
+    with joined(head) as ex:
+        ex.submit(inc, 1)
+        ex.submit(inc, 1)
+        ex.submit(inc, 2)
+        ex.submit(nap, 1)
+        ex.submit(Command(["echo", "hi"]))
+        ex.submit(Command(["echo", "hi"]))
+        ex.submit(Command(["echo", "hi"], cwd="/tmp"))
+        ex.options(key="chosen").submit(inc, 1)
+        ex.map(inc, range(6), chunksize=3)
+        specs = head.wait_tasks(10)
+    return [opts_of(s)["key"] for s in specs]
+
+
+def test_journal_keys_are_distinct_and_the_same_in_a_rerun(wire):
+    first = _keys_of_one_run(wire)
+    assert len(set(first)) == len(first)
+    name = f"{__name__}.inc"
+    assert first[0].startswith(name + ":") and first[0].endswith(":0")
+    assert first[1].rsplit(":", 1) == [first[0].rsplit(":", 1)[0], "1"]  # same call, next number
+    assert first[4].startswith("cmd:") and first[5].endswith(":1")
+    assert first[7] == "chosen"
+    assert _keys_of_one_run(wire) == first
+    assert O.line_key(3, "echo hi") == O.line_key(3, "echo hi") != O.line_key(4, "echo hi")
+
+
+def test_no_keys_without_a_journal(wire):
+    head = wire()
+    with joined(head) as ex:
+        ex.submit(inc, 1)
+        assert len(head.wait_tasks(1)[0]) == 7
+
+
+# ---- liveness against a played head -----------------------------------------------------------
+def test_client_heartbeats_and_fails_everything_when_the_head_goes_silent(wire):
+    head = wire(heartbeat_s=0.2, timeout_s=1.5)
+    ex = Executor(connect=head.path)
+    try:
+        time.sleep(1.0)
+        with head.lock:
+            beats = [t for t, k in head.kinds if k == P.HEARTBEAT]
+        assert len(beats) >= 3, "an idle client must send HEARTBEAT every heartbeat_s"
+        futs = [ex.submit(inc, i) for i in range(3)]
+        head.wait_tasks(3)
+        head.silent = True
+        t0 = time.monotonic()
+        with pytest.raises(HeadLost, match=r"lost the head at ipc://.*silent for \d+ s"):
+            futs[0].result(timeout=20)
+        waited = time.monotonic() - t0
+        assert waited < 1.5 + 3.0, f"HeadLost after {waited:.1f} s, the timeout is 1.5 s"
+        assert all(isinstance(f.exception(0), HeadLost) for f in futs)
+        with pytest.raises(HeadLost):
+            ex.submit(inc, 9)
+        with pytest.raises(HeadLost):
+            ex.stats()
+    finally:
+        ex.shutdown()
+
+
+def test_a_head_that_shuts_down_is_head_lost(wire):
+    head = wire()
+    ex = Executor(connect=head.path)
+    try:
+        f = ex.submit(inc, 1)
+        head.wait_tasks(1)
+        head.send([P.SHUTDOWN])
+        with pytest.raises(HeadLost, match="shut down"):
+            f.result(timeout=10)
+    finally:
+        ex.shutdown()
+
+
+def test_cancel_asks_the_head_and_believes_its_answer(wire):
+    head = wire()
+    with joined(head) as ex:
+        running, finished = ex.submit(nap, 100), ex.submit(nap, 100)
+        specs = head.wait_tasks(2)
+        head.cancellable.add(specs[0][0])  # the head stops this one where it runs
+        assert running.cancel() and running.cancelled()
+        assert not finished.cancel() and not finished.done()
+        head.send([P.RESULTS, [[specs[1][0], P.OK, pickle.dumps(7), 0, None]]])
+        assert finished.result(timeout=10) == 7
+        # a late result of the stopped task changes nothing
+        head.send([P.RESULTS, [[specs[0][0], P.CANCELLED, b"", 0, None]]])
+        assert running.cancelled()
+
+
+def test_results_from_the_head_carry_attempts_and_statuses(wire):
+    head = wire()
+    with joined(head) as ex:
+        futs = [ex.submit(inc, i) for i in range(4)]
+        tids = [s[0] for s in head.wait_tasks(4)]
+        head.send([P.RESULTS, [
+            [tids[0], P.TIMEOUT, b"killed at its time limit (2 s)", 1,
+             ["attempt 1 on agent-a: timed out after 2 s", "attempt 2 on agent-a: timed out after 2 s"]],
+            [tids[1], P.LOST, b"worker died", 1, None],
+            [tids[2], P.OK, pickle.dumps(3), 1, ["attempt 1 on agent-a: lost"]],
+            [tids[3], P.OK, pickle.dumps(4), 1],  # a head of before attempts: 4 fields
+        ]])
+        with pytest.raises(TaskTimeout) as info:
+            futs[0].result(timeout=10)
+        assert "attempt 2 on agent-a: timed out" in "\n".join(info.value.__notes__)
+        assert isinstance(info.value, TimeoutError)
+        assert isinstance(futs[1].exception(10), TaskLost)
+        assert [futs[2].result(10), futs[3].result(10)] == [3, 4]
+
+
+# ---- light futures ----------------------------------------------------------------------------
+def test_result_timeout_is_exact_through_other_futures_wakeups(wire):
+    head = wire()
+    with joined(head) as ex:
+        slow = ex.submit(nap, 100)
+        others = [ex.submit(inc, i) for i in range(200)]
+        specs = head.wait_tasks(201)
+
+        def resolve_others():  # wake-ups on the shared condition while `slow` waits
+            for s in specs[1:]:
+                head.send([P.RESULTS, [[s[0], P.OK, pickle.dumps(s[0]), 0, None]]])
+                time.sleep(0.004)
+
+        t = threading.Thread(target=resolve_others)
+        t.start()
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError):
+            slow.result(timeout=0.8)
+        assert time.monotonic() - t0 >= 0.79
+        with pytest.raises(TimeoutError):
+            slow.exception(timeout=0.1)
+        t.join()
+        assert [f.result(10) for f in others] == [s[0] for s in specs[1:]]
+        assert not slow.done()
+        head.send([P.RESULTS, [[specs[0][0], P.OK, pickle.dumps("late"), 0, None]]])
+        assert slow.result(timeout=10) == "late"
+
+
+def test_many_threads_wait_on_shared_and_distinct_futures(wire):
+    head = wire()
+    with joined(head) as ex:
+        futs = [ex.submit(inc, i) for i in range(40)]
+        specs = head.wait_tasks(40)
+        got: dict[int, object] = {}
+        lock = threading.Lock()
+
+        def waiter(i):
+            value = futs[i % 40].result(timeout=30)
+            with lock:
+                got[i] = value
+
+        threads = [threading.Thread(target=waiter, args=(i,)) for i in range(80)]
+        for t in threads:
+            t.start()
+        time.sleep(0.2)
+        for s in reversed(specs):
+            head.send([P.RESULTS, [[s[0], P.OK, pickle.dumps(-s[0]), 0, None]]])
+        for t in threads:
+            t.join(30)
+        assert got == {i: -specs[i % 40][0] for i in range(80)}
+
+
+def test_light_futures_work_with_concurrent_futures_tools(ex):
+    futs = [ex.submit(nap, 0.01 * (i % 5)) for i in range(30)]
+    done, not_done = cf.wait(futs, timeout=60)
+    assert not not_done and len(done) == 30
+    firsts = [ex.submit(nap, 2), ex.submit(inc, 1)]
+    done, not_done = cf.wait(firsts, return_when=cf.FIRST_COMPLETED, timeout=30)
+    assert firsts[1] in done and firsts[0] in not_done
+    bad = [ex.submit(nap, 2), ex.submit(O.retries_value, -1)]
+    done, _ = cf.wait(bad, return_when=cf.FIRST_EXCEPTION, timeout=30)
+    assert bad[1] in done and isinstance(bad[1].exception(), ValueError)
+    assert sorted(f.result() for f in cf.as_completed([ex.submit(inc, i) for i in range(20)], timeout=60)) \
+        == list(range(1, 21))
+    with pytest.raises(TimeoutError):
+        list(cf.as_completed([ex.submit(nap, 1)], timeout=0.3))
+    calls: list[tuple[str, object]] = []
+    f = ex.submit(inc, 1)
+    f.add_done_callback(lambda g: calls.append(("before", g.result())))
+    f.result(timeout=30)
+    f.add_done_callback(lambda g: calls.append(("after", g.result())))
+    deadline = time.monotonic() + 10
+    while len(calls) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert calls == [("before", 2), ("after", 2)]
+    assert isinstance(f, cf.Future) and not vars(f)  # all in slots
+
+    async def both():
+        return await asyncio.gather(asyncio.wrap_future(ex.submit(inc, 5)),
+                                    asyncio.wrap_future(ex.submit(inc, 6)))
+
+    assert asyncio.run(both()) == [6, 7]
+    for g in firsts + bad:
+        g.cancel()
+
+
+def test_futures_hold_little_memory(ex):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        futs = [ShoalFuture(i + (1 << 40), ex) for i in range(20000)]
+        grown = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(before, "filename"))
+    finally:
+        tracemalloc.stop()
+    assert grown / len(futs) < 250, f"{grown / len(futs):.0f} B per future"
+
+
+# ---- losing a real head ---------------------------------------------------------------------
+def _descendants(pid: int) -> set[int]:
+    out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout
+    children: dict[int, list[int]] = {}
+    for line in out.split("\n"):
+        if line.strip():
+            p, pp = map(int, line.split())
+            children.setdefault(pp, []).append(p)
+    found, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in found:
+                found.add(c)
+                todo.append(c)
+    return found
+
+
+def test_kill_9_of_the_local_head_is_head_lost_at_once_and_leaves_nothing():
+    ex = Executor(workers=1)
+    cluster = ex._cluster
+    try:
+        assert ex.submit(inc, 1).result(timeout=60) == 2
+        pending = [ex.submit(nap, 60) for _ in range(3)]
+        procs = {cluster.head.pid, cluster.agent.pid} | _descendants(cluster.agent.pid)
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        os.kill(cluster.head.pid, signal.SIGKILL)
+        with pytest.raises(HeadLost, match="lost the head at .*exited with SIGKILL"):
+            pending[0].result(timeout=30)
+        assert time.monotonic() - t0 < 8.0
+        assert all(isinstance(f.exception(0), HeadLost) for f in pending)
+        with pytest.raises(HeadLost):
+            ex.submit(inc, 2)
+    finally:
+        ex.shutdown()
+    assert not wait_gone(procs, 15.0), "processes of the local runtime were left behind"
+    assert not os.path.exists(cluster.rundir)
+
+
+def test_kill_9_of_a_joined_head_is_head_lost_within_the_timeout(tmp_path):
+    conn = Connection.new(f"ipc://{tmp_path}/head")
+    path = str(tmp_path / "run.json")
+    conn.write(path)
+    env = dict(os.environ)
+    head = subprocess.Popen([PY, "-m", "shoal.head", "--connection", path, "--quiet"],
+                            env=env, start_new_session=True)
+    agent = subprocess.Popen([PY, "-m", "shoal.agent", "--connection", path, "--slots", "1",
+                              "--quiet"], env=env, start_new_session=True)
+    ex = None
+    try:
+        ex = Executor(connect=path)
+        assert ex.submit(inc, 1).result(timeout=60) == 2
+        f = ex.submit(nap, 60)
+        time.sleep(0.3)
+        head.kill()
+        head.wait()
+        t0 = time.monotonic()
+        with pytest.raises(HeadLost, match=r"lost the head at ipc://.*silent for \d+ s"):
+            f.result(timeout=60)
+        waited = time.monotonic() - t0
+        assert waited < ex._timeout_s + 4.0, f"HeadLost after {waited:.1f} s"
+    finally:
+        if ex is not None:
+            ex.shutdown()
+        for p in (head, agent):
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)  # the agent and its workers
+                except ProcessLookupError:
+                    pass
+            p.wait(10)
+        assert not pid_alive(agent.pid)
+
+
+def test_executor_error_still_names_a_head_that_never_answers(tmp_path):
+    conn = Connection.new(f"ipc://{tmp_path}/nobody")
+    path = str(tmp_path / "c.json")
+    conn.write(path)
+    with pytest.raises(ExecutorError, match="no answer from the head"):
+        Executor(connect=path, start_timeout=0.5)
