@@ -545,3 +545,102 @@ def test_executor_error_still_names_a_head_that_never_answers(tmp_path):
     conn.write(path)
     with pytest.raises(ExecutorError, match="no answer from the head"):
         Executor(connect=path, start_timeout=0.5)
+
+
+# ---- the command lines ----------------------------------------------------------------------
+def shoal_cli(args, **kw):
+    return subprocess.Popen([PY, "-m", "shoal", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+@pytest.mark.parametrize("flags, what", [
+    (["--retries", "-1"], "--retries must be at least 0"),
+    (["--timeout", "0"], "--timeout must be a number of seconds > 0"),
+    (["--connect", "x.json", "--journal", "j.db"], "shoal head --journal"),
+])
+def test_shoal_run_rejects_bad_failure_flags_in_one_line(tmp_path, flags, what):
+    tasks = tmp_path / "t.txt"
+    tasks.write_text("true\n")
+    p = shoal_cli(["run", *flags, str(tasks)], cwd=tmp_path)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 2
+    assert err.strip().splitlines() == [f"shoal run: {err.strip().split(': ', 1)[1]}"]
+    assert what in err
+
+
+def test_shoal_run_sends_line_keys_and_policy_and_exits_3_when_the_head_is_lost(wire, tmp_path):
+    head = wire(journal=True)
+    tasks = tmp_path / "t.txt"
+    tasks.write_text("echo a\n\necho b\n")
+    p = shoal_cli(["run", "--connect", head.path, "--retries", "2", "--timeout", "5",
+                   "--no-progress", str(tasks)], cwd=tmp_path)
+    try:
+        specs = head.wait_tasks(2, timeout=60)
+        assert [opts_of(s) for s in specs] == [
+            {"retries": 2, "timeout": 5.0, "key": O.line_key(1, "echo a")},
+            {"retries": 2, "timeout": 5.0, "key": O.line_key(3, "echo b")},
+        ]
+        head.send([P.SHUTDOWN])
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 3
+    assert err.strip().splitlines() == [f"shoal run: lost the head at {head.conn.address}: it shut down"]
+
+
+def test_python_m_shoal_takes_retries_and_timeout(wire, tmp_path):
+    head = wire()
+    prog = tmp_path / "prog.py"
+    prog.write_text("from shoal import futures\nprint(futures.submit(abs, -3).result())\n")
+    p = shoal_cli(["--connect", head.path, "--retries", "3", "--timeout", "9", str(prog)], cwd=tmp_path)
+    try:
+        (spec,) = head.wait_tasks(1, timeout=60)
+        assert opts_of(spec) == {"retries": 3, "timeout": 9.0}
+        head.send([P.RESULTS, [[spec[0], P.OK, pickle.dumps(3), 0, None]]])
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert (p.returncode, out) == (0, "3\n"), err
+    bad = shoal_cli(["--retries", "-2", str(prog)], cwd=tmp_path)
+    out, err = bad.communicate(timeout=60)
+    assert bad.returncode == 2 and err.strip() == "shoal: retries must be an int >= 0, not -2"
+
+
+def test_shoal_run_exits_3_at_once_when_its_local_head_is_killed(tmp_path):
+    tasks = tmp_path / "t.txt"
+    tasks.write_text("sleep 60\nsleep 60\nsleep 60\n")
+    p = shoal_cli(["run", "-j", "2", "--no-progress", str(tasks)], cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        heads: list[int] = []
+        while time.monotonic() < deadline and not heads:  # the head, once the sleeps run
+            procs = _descendants(p.pid)
+            cmdlines = {pid: _cmdline(pid) for pid in procs}
+            if any("sleep 60" in c and "shoal" not in c for c in cmdlines.values()):
+                heads = [pid for pid, c in cmdlines.items() if "-m shoal.head" in c]
+            time.sleep(0.1)
+        assert len(heads) == 1, "the run did not start"
+        t0 = time.monotonic()
+        os.kill(heads[0], signal.SIGKILL)
+        out, err = p.communicate(timeout=60)
+        assert time.monotonic() - t0 < 15
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 3
+    (line,) = err.strip().splitlines()
+    assert line.startswith("shoal run: lost the head at ipc://") and line.endswith("exited with SIGKILL")
+    assert not wait_gone(procs, 15.0), "processes of the run were left behind"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""

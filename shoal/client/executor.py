@@ -276,6 +276,12 @@ class Executor(cf.Executor):
         return self._request([P.STATS], timeout)[0]
 
     @property
+    def journal_keys(self) -> bool:
+        """True when tasks carry journal keys: this run has a journal (``journal=``, or a
+        ``shoal head --journal`` that said so when this executor joined)."""
+        return self._keys is not None
+
+    @property
     def slots(self) -> int:
         """Cores known to the head when this executor joined (or of the local agent)."""
         return self._slots
@@ -511,7 +517,7 @@ class Executor(cf.Executor):
                             welcomed = True
                             self._welcome.set()
                         elif kind == P.SHUTDOWN:
-                            self._fail_all(HeadLost(f"the head at {self._conn.address} shut down"))
+                            self._fail_all(HeadLost(f"lost the head at {self._conn.address}: it shut down"))
                             return
                 now = time.monotonic()
                 if watch and any(fd in events for fd in watch) or now >= next_check:
