@@ -465,6 +465,47 @@ def test_futures_hold_little_memory(ex):
     assert grown / len(futs) < 250, f"{grown / len(futs):.0f} B per future"
 
 
+# ---- the policy reaches a real head -----------------------------------------------------------
+def flaky(path, fails):
+    """Fails its first ``fails`` attempts (counted as files in ``path``)."""
+    n = len(os.listdir(path))
+    open(os.path.join(path, str(n)), "w").close()
+    if n < fails:
+        raise ValueError(f"failure {n}")
+    return n
+
+
+def die(path):
+    open(os.path.join(path, str(len(os.listdir(path)))), "w").close()
+    os._exit(3)
+
+
+def test_retries_run_failed_attempts_again_and_the_error_lists_them(tmp_path):
+    dirs = [tmp_path / name for name in ("a", "b", "c")]
+    for d in dirs:
+        d.mkdir()
+    with Executor(workers=2, retries=2) as ex:
+        assert ex.submit(flaky, str(dirs[0]), 2).result(timeout=60) == 2
+        with pytest.raises(ValueError, match="failure 1") as info:
+            ex.options(retries=1).submit(flaky, str(dirs[1]), 5).result(timeout=60)
+        note = info.value.__notes__[-1]
+        assert note.splitlines()[0] == "attempts of this task:"
+        assert "attempt 1 on agent-" in note and "attempt 2 on agent-" in note
+        with pytest.raises(ValueError, match="failure 0"):  # retry_on does not match: no retry
+            ex.options(retries=3, retry_on=KeyError).submit(flaky, str(dirs[2]), 5).result(timeout=60)
+    assert [len(os.listdir(d)) for d in dirs] == [3, 2, 1]
+
+
+def test_crash_limit_and_heartbeat_timeout_reach_the_local_head(tmp_path):
+    with Executor(workers=2, crash_limit=2, heartbeat_timeout=3) as ex:
+        assert ex._timeout_s == 3.0  # the head's WELCOME says what it was started with
+        with pytest.raises(TaskLost, match="crash limit 2") as info:
+            ex.submit(die, str(tmp_path)).result(timeout=60)
+        assert len(info.value.__notes__[-1].splitlines()) == 3  # the header and 2 attempts
+        assert ex.submit(inc, 1).result(timeout=60) == 2
+    assert len(os.listdir(tmp_path)) == 2
+
+
 # ---- losing a real head ---------------------------------------------------------------------
 def _descendants(pid: int) -> set[int]:
     out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout
@@ -509,8 +550,8 @@ def test_kill_9_of_a_joined_head_is_head_lost_within_the_timeout(tmp_path):
     path = str(tmp_path / "run.json")
     conn.write(path)
     env = dict(os.environ)
-    head = subprocess.Popen([PY, "-m", "shoal.head", "--connection", path, "--quiet"],
-                            env=env, start_new_session=True)
+    head = subprocess.Popen([PY, "-m", "shoal.head", "--connection", path, "--quiet",
+                             "--heartbeat-timeout", "2"], env=env, start_new_session=True)
     agent = subprocess.Popen([PY, "-m", "shoal.agent", "--connection", path, "--slots", "1",
                               "--quiet"], env=env, start_new_session=True)
     ex = None
@@ -525,7 +566,8 @@ def test_kill_9_of_a_joined_head_is_head_lost_within_the_timeout(tmp_path):
         with pytest.raises(HeadLost, match=r"lost the head at ipc://.*silent for \d+ s"):
             f.result(timeout=60)
         waited = time.monotonic() - t0
-        assert waited < ex._timeout_s + 4.0, f"HeadLost after {waited:.1f} s"
+        assert ex._timeout_s == 2.0
+        assert waited < 2.0 + 4.0, f"HeadLost after {waited:.1f} s, the timeout is 2 s"
     finally:
         if ex is not None:
             ex.shutdown()
