@@ -129,9 +129,11 @@ class ShoalFuture(cf.Future):
 
     # ---- reading: lock-free (one attribute read is atomic) ---------------------------
     def done(self) -> bool:
+        """True once the task finished, failed or was cancelled."""
         return self._state in _DONE
 
     def cancelled(self) -> bool:
+        """True if the task was cancelled."""
         return self._state in (_CANCELLED, _NOTIFIED)
 
     def running(self) -> bool:
@@ -159,6 +161,8 @@ class ShoalFuture(cf.Future):
                     cond.wait(left)
 
     def result(self, timeout: float | None = None) -> Any:
+        """The task's value; raises its exception, ``CancelledError``, or ``TimeoutError``
+        when it is not done after ``timeout`` seconds (None: wait as long as it takes)."""
         self._wait(timeout)
         state = self._state
         if state == _FINISHED:
@@ -174,6 +178,7 @@ class ShoalFuture(cf.Future):
         raise cf.CancelledError()
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The task's exception (None if it succeeded); waits as :meth:`result` does."""
         self._wait(timeout)
         state = self._state
         if state == _FINISHED:
@@ -183,6 +188,8 @@ class ShoalFuture(cf.Future):
         raise cf.CancelledError()
 
     def add_done_callback(self, fn: Callable[[cf.Future], object]) -> None:
+        """Call ``fn(future)`` when the task is done (now, if it is; in a client, later
+        calls run on the executor's I/O thread: keep them short)."""
         with self._condition:
             if self._state not in _DONE:
                 self._done_callbacks.append(fn)
@@ -231,10 +238,12 @@ class ShoalFuture(cf.Future):
         return True
 
     def set_result(self, result: Any) -> None:
+        """Resolve with a value (for owners and tests)."""
         if not self._settle(result, None):
             raise cf.InvalidStateError(f"{self._state}: {self!r}")
 
     def set_exception(self, exception: BaseException | None) -> None:
+        """Resolve with an exception (for owners and tests)."""
         if not self._settle(None, exception):
             raise cf.InvalidStateError(f"{self._state}: {self!r}")
 
