@@ -44,6 +44,27 @@ def nap(t):
 
 
 # ---- a head played by the test ------------------------------------------------------------
+class _RunCodec:
+    """Signing with the run secret alone, for a transport without per-connection sessions."""
+
+    def __init__(self, secret: bytes) -> None:
+        self.codec = P.Codec(secret)
+
+    def decode(self, ident: bytes, tag: bytes, body: bytes) -> list:
+        return self.codec.decode(tag, body)
+
+    def encode(self, ident: bytes, msg: list) -> list[bytes]:
+        return self.codec.encode(msg)
+
+
+def _head_codec(secret: bytes):
+    try:  # per-connection sessions (handshake + sequence numbers), where the transport has them
+        from shoal.transport.session import HeadSessions
+    except ImportError:
+        return _RunCodec(secret)
+    return HeadSessions(secret)
+
+
 class WireHead:
     """The head's side of the protocol on a real socket: WELCOMEs, records what clients
     send, answers CANCEL with what the test says, resolves tasks when the test says."""
@@ -52,7 +73,7 @@ class WireHead:
         self.conn = Connection.new(f"ipc://{tmp_path}/wire-head")
         self.path = str(tmp_path / "wire.json")
         self.conn.write(self.path)
-        self.codec = P.Codec(self.conn.key)
+        self.codec = _head_codec(self.conn.key)
         self.welcome = {"origin": 1, "prefetch": 1, "run_id": self.conn.run_id, "slots": 2,
                         "heartbeat_s": 0.2, "timeout_s": 1.5, "num": 0, **welcome}
         self.ctx = zmq.Context()
@@ -72,14 +93,16 @@ class WireHead:
         self.thread.start()
 
     def _send(self, msg: list) -> None:
-        self.sock.send_multipart([self.client, *self.codec.encode(msg)])
+        self.sock.send_multipart([self.client, *self.codec.encode(self.client, msg)])
 
     def _loop(self) -> None:
         next_beat = time.monotonic()
         while self.running:
             if self.sock.poll(20):
                 ident, sig, body = self.sock.recv_multipart()
-                msg = self.codec.decode(sig, body)
+                msg = self.codec.decode(ident, sig, body)
+                if msg is None:  # sent before the client had a session: dropped
+                    continue
                 with self.lock:
                     self.kinds.append((time.monotonic(), msg[0]))
                     if msg[0] == P.SUBMIT:

@@ -400,7 +400,7 @@ class Executor(cf.Executor):
                 self._futures.pop(t, None)
             return True
         try:
-            done = set(self._request([P.CANCEL, None, sorted(tids)], 10.0)[0])
+            done = set(self._request([P.CANCEL, None, sorted(tids)], 30.0)[0])
         except ExecutorError:
             return False
         for t in done:
