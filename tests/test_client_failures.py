@@ -529,6 +529,32 @@ def test_crash_limit_and_heartbeat_timeout_reach_the_local_head(tmp_path):
     assert len(os.listdir(tmp_path)) == 2
 
 
+def _agent_stops_tasks() -> None:
+    """Skip unless the agent can stop a running task (time limits, cancel of a running task)."""
+    pytest.importorskip("shoal.agent.stopping", reason="the agent cannot stop running tasks here yet")
+
+
+def test_a_time_limit_is_task_timeout_and_the_worker_goes_on():
+    _agent_stops_tasks()
+    with Executor(workers=1, task_timeout=1.5) as ex:
+        with pytest.raises(TaskTimeout) as info:
+            ex.submit(nap, 60).result(timeout=30)
+        assert isinstance(info.value, TimeoutError)
+        assert ex.options(timeout=30).submit(nap, 2).result(timeout=30) == 2  # options win
+        with pytest.raises(TaskTimeout):
+            ex.options(timeout=1).submit(nap, 60).result(timeout=30)
+        assert ex.submit(inc, 1).result(timeout=30) == 2
+
+
+def test_cancel_stops_a_running_task_and_frees_its_worker():
+    _agent_stops_tasks()
+    with Executor(workers=1) as ex:
+        f = ex.submit(nap, 60)
+        time.sleep(1.0)  # running by now: it is the only task on the only worker
+        assert f.cancel() and f.cancelled()
+        assert ex.submit(inc, 1).result(timeout=20) == 2  # not behind the 60 s task
+
+
 # ---- losing a real head ---------------------------------------------------------------------
 def _descendants(pid: int) -> set[int]:
     out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout
