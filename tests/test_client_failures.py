@@ -84,6 +84,7 @@ class WireHead:
         self.tasks: list[list] = []          # every task spec received, in order
         self.kinds: list[tuple[float, int]] = []
         self.cancellable: set[int] = set()   # tids the head "stopped" when asked
+        self.cancels: list[list] = []        # every CANCEL received
         self.outbox: list[list] = []
         self.beating = True
         self.silent = False
@@ -114,6 +115,7 @@ class WireHead:
                     self._send([P.WELCOME, self.welcome])
                 elif msg[0] == P.CANCEL:
                     with self.lock:
+                        self.cancels.append(msg)
                         done = [t for t in msg[2] if t in self.cancellable]
                     self._send([P.CANCEL, msg[1], done])
             with self.lock:
@@ -367,6 +369,28 @@ def test_cancel_asks_the_head_and_believes_its_answer(wire):
         # a late result of the stopped task changes nothing
         head.send([P.RESULTS, [[specs[0][0], P.CANCELLED, b"", 0, None]]])
         assert running.cancelled()
+
+
+def test_shutdown_cancel_futures_asks_for_queued_tasks_only(wire):
+    head = wire()
+    ex = Executor(connect=head.path)
+    futs = [ex.submit(nap, 100) for _ in range(3)]
+    specs = head.wait_tasks(3)
+    tids = [s[0] for s in specs]
+    head.cancellable.update(tids[1:])  # the first one runs: the head leaves it alone
+    assert futs[2].cancel()
+    stopper = threading.Thread(target=ex.shutdown, kwargs={"cancel_futures": True})
+    stopper.start()
+    deadline = time.monotonic() + 10
+    while len(head.cancels) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    head.send([P.RESULTS, [[tids[0], P.OK, pickle.dumps("ran"), 0, None]]])
+    stopper.join(30)
+    assert not stopper.is_alive()
+    one, bulk = head.cancels
+    assert one[2:] == [[tids[2]]]                 # cancel(): stop it, even running
+    assert bulk[2:] == [sorted(tids[:2]), True]    # shutdown(cancel_futures): queued only
+    assert futs[0].result(0) == "ran" and futs[1].cancelled() and futs[2].cancelled()
 
 
 def test_results_from_the_head_carry_attempts_and_statuses(wire):

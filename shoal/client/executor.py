@@ -258,8 +258,8 @@ class Executor(cf.Executor):
             self._shutdown = True
         if cancel_futures:
             futs = [f for f in list(self._futures.values()) if not f.done()]
-            if futs:
-                self._cancel(futs)
+            if futs:  # as concurrent.futures does: what already runs finishes
+                self._cancel(futs, queued_only=True)
                 for f in futs:
                     if f.tid not in self._futures:
                         f._settle(None, None, cancelled=True)
@@ -385,10 +385,10 @@ class Executor(cf.Executor):
         return _results(futs, deadline, chunksize > 1)
 
     # ---- owner hooks used by ShoalFuture ----------------------------------------------------
-    def _cancel(self, futs: list[ShoalFuture]) -> bool:
+    def _cancel(self, futs: list[ShoalFuture], queued_only: bool = False) -> bool:
         """Drop the tasks of ``futs``: those not sent yet here, the others through the
-        head (which stops them where they run). True when the head says it stopped or
-        dropped them (for one future: that one; for many: at least one)."""
+        head (which stops them where they run, unless ``queued_only``). True when the head
+        says it stopped or dropped them (for one future: that one; for many: at least one)."""
         tids = {f.tid for f in futs}
         with self._lock:
             kept = [s for s in self._pending if s[0] not in tids]
@@ -400,7 +400,8 @@ class Executor(cf.Executor):
                 self._futures.pop(t, None)
             return True
         try:
-            done = set(self._request([P.CANCEL, None, sorted(tids)], 30.0)[0])
+            msg = [P.CANCEL, None, sorted(tids), True] if queued_only else [P.CANCEL, None, sorted(tids)]
+            done = set(self._request(msg, 30.0)[0])
         except ExecutorError:
             return False
         for t in done:
