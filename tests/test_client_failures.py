@@ -618,6 +618,24 @@ def test_kill_9_of_the_local_head_is_head_lost_at_once_and_leaves_nothing():
     assert not os.path.exists(cluster.rundir)
 
 
+def test_a_stopped_local_head_is_head_lost_after_the_timeout_and_leaves_nothing():
+    ex = Executor(workers=1, heartbeat_timeout=2)
+    cluster = ex._cluster
+    try:
+        assert ex.submit(inc, 1).result(timeout=60) == 2
+        f = ex.submit(nap, 60)
+        procs = {cluster.head.pid, cluster.agent.pid} | _descendants(cluster.agent.pid)
+        t0 = time.monotonic()
+        os.kill(cluster.head.pid, signal.SIGSTOP)
+        with pytest.raises(HeadLost, match=r"silent for \d+ s"):
+            f.result(timeout=30)
+        waited = time.monotonic() - t0
+        assert waited < 2.0 + 4.0, f"HeadLost after {waited:.1f} s, the timeout is 2 s"
+    finally:
+        ex.shutdown()
+    assert not wait_gone(procs, 15.0), "processes of the local runtime were left behind"
+
+
 def test_kill_9_of_a_joined_head_is_head_lost_within_the_timeout(tmp_path):
     conn = Connection.new(f"ipc://{tmp_path}/head")
     path = str(tmp_path / "run.json")

@@ -531,6 +531,8 @@ class Executor(cf.Executor):
                     if welcomed and now - last_heard > silence:
                         self._fail_all(HeadLost(f"lost the head at {self._conn.address}: "
                                                 f"silent for {now - last_heard:.0f} s"))
+                        if self._cluster is not None:  # ours, and of no more use
+                            self._cluster.abort()
                         return
                     if now - last_sent >= beat:
                         send(codec.encode([P.HEARTBEAT]))

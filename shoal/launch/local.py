@@ -92,7 +92,11 @@ class LocalCluster:
         return None
 
     def abort(self) -> None:
-        """After the head was lost: stop the agent and its workers now (no orderly exit)."""
+        """After the head was lost (exited, or silent: stopped, hung): kill it, and stop
+        the agent and its workers now (no orderly exit)."""
+        if self.head.poll() is None:
+            self.head.kill()
+            self.head.wait()
         if self.agent.poll() is None:
             self.agent.send_signal(signal.SIGTERM)
             try:
