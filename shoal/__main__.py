@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"shoal: program {args.program!r} not found", file=sys.stderr)
         return 2
     from shoal import futures
-    from shoal.client.executor import Executor, ExecutorError
+    from shoal.client.executor import Executor, ExecutorError, HeadLost
 
     if args.workers is not None and args.workers < 1:
         print("shoal: -n must be at least 1", file=sys.stderr)
@@ -71,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         code = 130
         ex.shutdown(wait=False, cancel_futures=True)
+    except HeadLost as exc:  # the run is gone, not the program's bug: one line, as shoal run
+        print(f"shoal: {str(exc).splitlines()[0]}", file=sys.stderr)
+        code = 3
     finally:
         futures.set_executor(None)
         ex.shutdown(wait=code == 0, cancel_futures=code != 0)

@@ -723,7 +723,7 @@ def test_shoal_run_sends_line_keys_and_policy_and_exits_3_when_the_head_is_lost(
     assert err.strip().splitlines() == [f"shoal run: lost the head at {head.conn.address}: it shut down"]
 
 
-def test_python_m_shoal_takes_retries_and_timeout(wire, tmp_path):
+def test_python_m_shoal_takes_retries_and_timeout_and_exits_3_when_the_head_is_lost(wire, tmp_path):
     head = wire()
     prog = tmp_path / "prog.py"
     prog.write_text("from shoal import futures\nprint(futures.submit(abs, -3).result())\n")
@@ -738,6 +738,17 @@ def test_python_m_shoal_takes_retries_and_timeout(wire, tmp_path):
             p.kill()
             p.wait()
     assert (p.returncode, out) == (0, "3\n"), err
+    lost = wire()
+    p = shoal_cli(["--connect", lost.path, str(prog)], cwd=tmp_path)
+    try:
+        lost.wait_tasks(1, timeout=60)
+        lost.send([P.SHUTDOWN])
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 3 and err.strip() == f"shoal: lost the head at {lost.conn.address}: it shut down"
     bad = shoal_cli(["--retries", "-2", str(prog)], cwd=tmp_path)
     out, err = bad.communicate(timeout=60)
     assert bad.returncode == 2 and err.strip() == "shoal: retries must be an int >= 0, not -2"
