@@ -768,6 +768,8 @@ def test_shoal_run_exits_3_at_once_when_its_local_head_is_killed(tmp_path):
                 heads = [pid for pid, c in cmdlines.items() if "-m shoal.head" in c]
             time.sleep(0.1)
         assert len(heads) == 1, "the run did not start"
+        words = cmdlines[heads[0]].split()
+        rundir = os.path.dirname(words[words.index("--connection") + 1])
         t0 = time.monotonic()
         os.kill(heads[0], signal.SIGKILL)
         out, err = p.communicate(timeout=60)
@@ -780,6 +782,7 @@ def test_shoal_run_exits_3_at_once_when_its_local_head_is_killed(tmp_path):
     (line,) = err.strip().splitlines()
     assert line.startswith("shoal run: lost the head at ipc://") and line.endswith("exited with SIGKILL")
     assert not wait_gone(procs, 15.0), "processes of the run were left behind"
+    assert not os.path.exists(rundir)
 
 
 def _cmdline(pid: int) -> str:

@@ -150,6 +150,7 @@ class Executor(cf.Executor):
         self._io_sleeping = False
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._welcome = threading.Event()
+        self._terminated = threading.Event()
         self._encoder: Encoder | None = None
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.DEALER)
@@ -566,9 +567,17 @@ class Executor(cf.Executor):
 
     def _terminate(self) -> None:
         with self._lock:
-            if self._closed:
-                return
+            first = not self._closed
             self._closed = True
+        if not first:  # another thread is stopping it: return once it is stopped
+            self._terminated.wait(15.0)
+            return
+        try:
+            self._stop_all()
+        finally:
+            self._terminated.set()
+
+    def _stop_all(self) -> None:
         os.eventfd_write(self._efd, 1)
         self._thread.join(5.0)
         try:
