@@ -627,7 +627,7 @@ def test_a_stopped_local_head_is_head_lost_after_the_timeout_and_leaves_nothing(
         procs = {cluster.head.pid, cluster.agent.pid} | _descendants(cluster.agent.pid)
         t0 = time.monotonic()
         os.kill(cluster.head.pid, signal.SIGSTOP)
-        with pytest.raises(HeadLost, match=r"silent for \d+ s"):
+        with pytest.raises(HeadLost, match=r"lost the head at .*silent"):
             f.result(timeout=30)
         waited = time.monotonic() - t0
         assert waited < 2.0 + 4.0, f"HeadLost after {waited:.1f} s, the timeout is 2 s"

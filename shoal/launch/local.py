@@ -19,6 +19,8 @@ import time
 
 from shoal.transport.connfile import Connection
 
+EXIT_HEAD_LOST = 3  # the agent's exit status when it lost its head (shoal.agent.headlink)
+
 
 class LocalCluster:
     """Head + agent subprocesses of one Executor.
@@ -87,6 +89,9 @@ class LocalCluster:
             return HeadLost(f"lost the head at {self.connection.address}: "
                             f"its process exited with {_status(rc)}")
         rc = self.agent.poll()
+        if rc == EXIT_HEAD_LOST:
+            return HeadLost(f"lost the head at {self.connection.address}: silent past the "
+                            "heartbeat timeout (its agent gave up on it)")
         if rc is not None:
             return ExecutorError(f"the local runtime stopped: agent exited with {_status(rc)}")
         return None
@@ -98,9 +103,11 @@ class LocalCluster:
             self.head.kill()
             self.head.wait()
         if self.agent.poll() is None:
-            self.agent.send_signal(signal.SIGTERM)
+            # SIGINT: stop now, killing what runs (SIGTERM would start a drain that waits
+            # for running tasks, whose results no head will ever take)
+            self.agent.send_signal(signal.SIGINT)
             try:
-                self.agent.wait(3.0)
+                self.agent.wait(5.0)
             except subprocess.TimeoutExpired:
                 pass
         try:  # the agent leads its own process group: take its workers with it
