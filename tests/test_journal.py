@@ -362,6 +362,24 @@ def test_failed_tasks_run_again_on_resume(run, tmp_path):
     assert lines(side) == Counter({"0": 1, "1": 2, "2": 1, "3": 2, "4": 1, "5": 2})
 
 
+@pytest.mark.xfail(strict=True, reason="the core resolves an unchecked non-zero exit as OK "
+                   "and reports it in done_keys, so the journal keeps it as done")
+def test_a_command_that_exited_non_zero_runs_again_on_resume(run, tmp_path):
+    # `shoal run` sends commands without check=True: a failed line is an OK result whose
+    # info says it exited non-zero. A resumed run must run it again.
+    db, side = str(tmp_path / "run.db"), tmp_path / "side.txt"
+    for _ in range(2):
+        conn, head = run.head(db)
+        agent = run.agent(conn)
+        client = RawClient(conn)
+        client.submit([client.command(f"echo {i} >> {side}; exit {i}", f"L{i}") for i in (0, 3)])
+        client.wait_results(2)
+        client.close()
+        run.stop(agent)
+        run.stop(head)
+    assert lines(side) == Counter({"0": 1, "3": 2})
+
+
 def test_head_refuses_a_file_that_is_not_a_journal(run, tmp_path):
     bad = tmp_path / "tasks.txt"
     bad.write_text("echo hello\n" * 500)
