@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal._sys import stop_on_signals
+from shoal.agent import limits
 from shoal.transport.connfile import Connection, ConnectionFileError
 
 
@@ -38,7 +39,14 @@ def add_parser(sub: Any) -> None:
                    help="CURVE-encrypt the traffic of agents and clients with the head (default: "
                         "on for TCP on a non-loopback address, off for ipc:// and loopback)")
     h.add_argument("--prefetch", type=int, default=1, help="tasks queued per slot (default 1)")
+    h.add_argument("--heartbeat-timeout", type=float, default=None, metavar="S",
+                   help="an agent or client silent this long is lost (default 8 s)")
+    h.add_argument("--crash-limit", type=int, default=3, metavar="N",
+                   help="a task lost this many times in a row fails with TaskLost (default 3)")
     h.add_argument("--bundle", metavar="ROOT", help=BUNDLE_HELP)
+    h.add_argument("--journal", metavar="FILE",
+                   help="SQLite journal of keyed tasks: a head restarted on the same file answers "
+                        "the tasks that finished OK from it (docs/journal.md)")
     h.set_defaults(func=head_command)
 
     a = sub.add_parser("agent", help="join a head as this node's agent")
@@ -46,8 +54,13 @@ def add_parser(sub: Any) -> None:
     a.add_argument("--slots", type=int, help="cores offered (default: all cores)")
     a.add_argument("--workers", type=int, help="warm Python workers (default: slots)")
     a.add_argument("--name", help="agent name (default: agent-HOST-PID-XXXX)")
+    a.add_argument("--max-output", metavar="SIZE", help=limits.OUTPUT_HELP)
+    a.add_argument("--max-result", metavar="SIZE", help=limits.RESULT_HELP)
     a.add_argument("--bundle", metavar="ROOT", help=BUNDLE_HELP + "; workers import ROOT/app "
                    "(tier 3) instead of the current directory when it is there")
+    from shoal.agent.__main__ import add_failure_options
+
+    add_failure_options(a)
     a.set_defaults(func=agent_command)
 
 
@@ -114,12 +127,15 @@ def head_command(args: argparse.Namespace) -> int:
         err = run_from_bundle("head", args.bundle, [
             "--connection-file", os.path.abspath(args.connection_file), *_opt("--bind", args.bind),
             *_opt("--host", args.host), "--prefetch", str(args.prefetch), "--bundle", args.bundle,
+            *_opt("--heartbeat-timeout", args.heartbeat_timeout), "--crash-limit", str(args.crash_limit),
+            *_opt("--journal", args.journal and os.path.abspath(args.journal)),
             *([] if args.encrypt is None else ["--encrypt" if args.encrypt else "--no-encrypt"])])
         if err:
             print(f"shoal head: {err}", file=sys.stderr)
             return 2
     import zmq
 
+    from shoal.head.journal import JournalError
     from shoal.head.server import Head
     from shoal.transport.connfile import host_address, is_local_endpoint
 
@@ -141,9 +157,14 @@ def head_command(args: argparse.Namespace) -> int:
         encrypt = False
     conn = Connection.new(bind, encrypt=encrypt)
     try:
-        head = Head(conn, bind=bind, prefetch=args.prefetch)
+        head = Head(conn, bind=bind, prefetch=args.prefetch,
+                    heartbeat_timeout=args.heartbeat_timeout, crash_limit=args.crash_limit,
+                    journal=args.journal)
     except zmq.ZMQError as exc:
         print(f"shoal head: cannot listen on {bind}: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, JournalError) as exc:
+        print(f"shoal head: {exc}", file=sys.stderr)
         return 2
     endpoint = head.address
     proto, _, rest = endpoint.partition("://")
@@ -165,11 +186,24 @@ def head_command(args: argparse.Namespace) -> int:
 
 
 def agent_command(args: argparse.Namespace) -> int:
+    from shoal.agent.__main__ import failure_kwargs
+
+    try:
+        limits.check_counts(args.slots, args.workers)
+        caps = limits.from_args(args.max_output, args.max_result)
+        extra = failure_kwargs(args, os.path.abspath(args.connect))
+    except ValueError as exc:
+        print(f"shoal agent: {exc}", file=sys.stderr)
+        return 2
     sys_path = [os.getcwd()]
     if args.bundle:
         err = run_from_bundle("agent", args.bundle, [
             "--connect", os.path.abspath(args.connect), *_opt("--slots", args.slots),
-            *_opt("--workers", args.workers), *_opt("--name", args.name), "--bundle", args.bundle])
+            *_opt("--workers", args.workers), *_opt("--name", args.name),
+            *_opt("--max-output", args.max_output), *_opt("--max-result", args.max_result),
+            "--bundle", args.bundle,
+            *_opt("--walltime", args.walltime), "--drain-timeout", str(args.drain_timeout),
+            "--reconnect", str(args.reconnect), "--kill-grace", str(args.kill_grace)])
         if err:
             print(f"shoal agent: {err}", file=sys.stderr)
             return 2
@@ -178,6 +212,7 @@ def agent_command(args: argparse.Namespace) -> int:
             sys_path = [app]
     from shoal.agent.agent import Agent
 
+    limits.configure(*caps)
     logging.basicConfig(level=logging.INFO, format="shoal agent: %(message)s")
     from shoal.transport.session import server_key
 
@@ -187,8 +222,6 @@ def agent_command(args: argparse.Namespace) -> int:
         print(f"shoal agent: {exc}", file=sys.stderr)
         return 2
     agent = Agent(conn.address, conn.key, slots=args.slots, workers=args.workers, name=args.name,
-                  sys_path=sys_path, server_key=server_key(conn))
-
-    stop_on_signals(agent)
-    agent.run()
-    return 0
+                  sys_path=sys_path, server_key=server_key(conn), **extra)  # type: ignore[arg-type]
+    agent.run()  # SIGTERM drains, a second one (or SIGINT) stops at once
+    return agent.exit_code

@@ -9,8 +9,9 @@ import shutil
 import sys
 
 from shoal._sys import set_parent_death_signal, stop_on_signals
+from shoal.head.journal import JournalError
 from shoal.head.server import Head
-from shoal.transport.connfile import Connection, ConnectionFileError
+from shoal.transport.connfile import Connection
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,7 +21,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--owner-pid", type=int, help="stop when this process dies")
     ap.add_argument("--prefetch", type=int, default=1)
     ap.add_argument("--exit-when-idle", action="store_true")
+    ap.add_argument("--heartbeat-timeout", type=float, default=None, metavar="S",
+                    help="a peer silent this long is lost (default 8)")
+    ap.add_argument("--crash-limit", type=int, default=3, metavar="N",
+                    help="a task lost this many times in a row fails (default 3)")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--journal", metavar="FILE",
+                    help="SQLite journal: record keyed tasks, answer those finished OK in an "
+                         "earlier run from it (docs/journal.md)")
     ap.add_argument("--remove-dir", action="store_true",
                     help="remove the connection file's directory at exit (the local default's "
                          "run directory, so a caller that crashed leaves nothing behind)")
@@ -30,14 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.owner_pid:
         set_parent_death_signal()
     try:
-        head = Head(Connection.read(args.connection), bind=args.bind, prefetch=args.prefetch,
-                    owner_pid=args.owner_pid, exit_when_idle=args.exit_when_idle)
-    except ConnectionFileError as exc:
-        print(f"python -m shoal.head: {exc}", file=sys.stderr)
-        return 2
-
-    stop_on_signals(head)
-    try:
+        try:
+            head = Head(Connection.read(args.connection), bind=args.bind, prefetch=args.prefetch,
+                        owner_pid=args.owner_pid, exit_when_idle=args.exit_when_idle,
+                        heartbeat_timeout=args.heartbeat_timeout, crash_limit=args.crash_limit,
+                        journal=args.journal)
+        except (OSError, ValueError, JournalError) as exc:
+            print(f"shoal head: {exc}", file=sys.stderr)
+            return 2
+        stop_on_signals(head)
         head.serve()
     finally:
         if args.remove_dir:
