@@ -31,6 +31,7 @@ from shoal.agent.failures import (
 )
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
+from shoal.transport.session import HeadSessions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
@@ -103,7 +104,7 @@ class FakeHead:
         self.conn = Connection.new(self.address)
         self.connfile = os.path.join(tmp, "connection.json")
         self.conn.write(self.connfile)
-        self.codec = P.Codec(self.conn.key)
+        self.codec = HeadSessions(self.conn.key)  # the head's end of each agent's session
         self.procs: list[subprocess.Popen] = []
         self.agents: dict[bytes, float] = {}   # welcomed ident -> heartbeat_s
         self.beats = True                       # send heartbeats while waiting
@@ -148,7 +149,7 @@ class FakeHead:
 
     # messages
     def send(self, ident: bytes, msg: list[Any]) -> None:
-        self.sock.send_multipart([ident, *self.codec.encode(msg)])
+        self.sock.send_multipart([ident, *self.codec.encode(ident, msg)])
 
     def recv(self, timeout: float) -> tuple[bytes, list[Any]] | None:
         deadline = time.monotonic() + timeout
@@ -163,7 +164,9 @@ class FakeHead:
                 return None
             if self.sock.poll(min(left, 0.1) * 1000):
                 ident, sig, body = self.sock.recv_multipart()
-                return ident, self.codec.decode(sig, body)
+                msg = self.codec.decode(ident, sig, body)
+                if msg is not None:  # None: sent before its session (a heartbeat)
+                    return ident, msg
 
     def expect(self, kind: int, timeout: float = 20.0) -> tuple[bytes, list[Any]]:
         """The next message of ``kind`` (others, heartbeats and credit, are skipped)."""

@@ -21,6 +21,7 @@ import zmq
 from shoal.head.journal import Journal, JournalError, summary
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
+from shoal.transport.session import PeerSession
 
 from .conftest import PY, ROOT
 
@@ -157,7 +158,7 @@ class RawClient:
     """A client speaking the wire protocol directly (HELLO, SUBMIT, RESULTS, STATS)."""
 
     def __init__(self, conn: Connection) -> None:
-        self.codec = P.Codec(conn.key)
+        self.codec = PeerSession(conn.key)
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
