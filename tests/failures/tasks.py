@@ -68,3 +68,13 @@ def inc(x: int) -> int:
 def where(_: object = None) -> tuple[int, int]:
     """(worker pid, agent pid)."""
     return os.getpid(), os.getppid()
+
+
+def slow_first_time(ledger: str, t: float) -> int:
+    """Sleeps ``t`` on its first attempt (counted in ``ledger``), returns at once after."""
+    append(ledger, str(os.getpid()))
+    with open(ledger) as fh:
+        n = len(fh.read().splitlines())
+    if n == 1:
+        time.sleep(t)
+    return n
