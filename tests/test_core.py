@@ -22,7 +22,7 @@ def test_dynamic_keeps_each_agent_at_its_window():
     d = core.set_window(A, 3)
     assert [s[0] for s in d.dispatch[A]] == [1, 2, 3]
     d = core.finished(A, [[1, P.OK, b"x", None]])
-    assert d.resolve[OWNER] == [[1, P.OK, b"x", None]]
+    assert d.resolve[OWNER] == [[1, P.OK, b"x", 0, None]]
     assert [s[0] for s in d.dispatch[A]] == [4]  # back to 3 unfinished
     d = core.set_window(A, 1)  # a smaller window: nothing more until it drains
     assert not d.dispatch
@@ -86,7 +86,7 @@ def test_cancel_only_before_dispatch():
     core.submit([task(1), task(2), task(3, deps=[2])], OWNER)
     done, d = core.cancel([1, 2], OWNER)
     assert done == [2]  # 1 is already on the agent
-    assert d.resolve[OWNER] == [[3, P.DEPFAIL, b"dependency task 2 was cancelled or lost", None]]
+    assert d.resolve[OWNER] == [[3, P.DEPFAIL, b"dependency task 2 was cancelled or lost", 0, None]]
     assert 2 not in core.tasks and 1 in core.tasks
 
 
@@ -110,15 +110,14 @@ def test_multicore_task_waits_for_enough_credit():
     assert [s[0] for s in d.dispatch[A]] == [1]
 
 
-def test_lost_agent_resolves_its_tasks():
+def test_lost_agent_requeues_its_tasks():
     core = SchedulerCore()
     core.add_agent(A, 1)
     core.set_window(A, 2)
     core.submit([task(1), task(2), task(3)], OWNER)
     d = core.remove_agent(A, "killed")
-    got = sorted((r[0], r[1]) for r in d.resolve[OWNER])
-    assert got == [(1, P.LOST), (2, P.LOST)]
-    assert list(core.ready) == [3]
+    assert not d.resolve  # lost attempts run again (crash limit 3)
+    assert list(core.ready) == [1, 2, 3]
 
 
 def test_owner_leaving_drops_its_tasks():
