@@ -125,7 +125,7 @@ class Tracker:
         return proc
 
     def _watch(self) -> None:
-        while not self._stop.wait(0.2):
+        while not self._stop.wait(0.5):
             self.snapshot()
 
     def snapshot(self) -> set[int]:
@@ -156,7 +156,9 @@ class Tracker:
         """Live processes started by the test (and their descendants), after ``wait`` s."""
         deadline = time.monotonic() + wait
         while True:
-            live = {p for p in self.snapshot() | set(self.seen) if pid_alive(p)}
+            # with the subreaper, everything of ours that still runs is below us: no PID
+            # recorded earlier (and perhaps reused since by another process) is trusted
+            live = {p for p in self.snapshot() if pid_alive(p)}
             live -= self.baseline
             live.discard(self.me)
             if not live or time.monotonic() >= deadline:
@@ -425,6 +427,11 @@ class Cluster:
     def executor(self, connfile: str | None = None, **kw: Any) -> Any:
         from shoal import Executor
 
+        if self.head is not None:
+            wait_for(lambda: os.path.exists(self.conn.address[len("ipc://"):])
+                     if self.conn.address.startswith("ipc://") else True, 5, 0.02, "the head")
+            self.check_head()
+        kw.setdefault("start_timeout", 30.0)
         ex = Executor(connect=connfile or self.connfile, **kw)
         self.executors.append(ex)
         return ex
@@ -432,9 +439,16 @@ class Cluster:
     def wait_agents(self, ex: Any, n: int, timeout: float = 60.0) -> list[Any]:
         """Wait until the head lists ``n`` agents; returns them."""
         def enough() -> list[Any] | None:
+            self.check_head()
             infos = ex.agents()
             return infos if len(infos) >= n else None
         return wait_for(enough, timeout, 0.1, f"{n} agents")
+
+    def check_head(self) -> None:
+        """Fail at once, with its output, if the head exited (e.g. it refused a flag)."""
+        if self.head is not None and self.head.poll() is not None:
+            raise AssertionError(f"the head exited with status {self.head.poll()}:\n"
+                                 f"{self.head.output()}")
 
     def agent_pids(self, ex: Any) -> set[int]:
         return {a.pid for a in ex.agents()}
