@@ -142,7 +142,7 @@ class WorkerContext:
                 self.queue.extend(specs)
             elif kind == P.RESULTS:
                 children = self.children
-                for tid, status, payload, _extra in msg[1]:
+                for tid, status, payload, *_ in msg[1]:
                     fut = children.pop(tid, None)
                     if fut is not None:
                         deliver(fut, status, payload)

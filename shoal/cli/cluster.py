@@ -32,6 +32,10 @@ def add_parser(sub: Any) -> None:
     h.add_argument("--host", default=None,
                    help="host name or address agents and clients use (default: this host's name)")
     h.add_argument("--prefetch", type=int, default=1, help="tasks queued per slot (default 1)")
+    h.add_argument("--heartbeat-timeout", type=float, default=None, metavar="S",
+                   help="an agent or client silent this long is lost (default 8 s)")
+    h.add_argument("--crash-limit", type=int, default=3, metavar="N",
+                   help="a task lost this many times in a row fails with TaskLost (default 3)")
     h.add_argument("--bundle", metavar="ROOT", help=BUNDLE_HELP)
     h.set_defaults(func=head_command)
 
@@ -107,7 +111,8 @@ def head_command(args: argparse.Namespace) -> int:
     if args.bundle:
         err = run_from_bundle("head", args.bundle, [
             "--connection-file", os.path.abspath(args.connection_file), "--bind", args.bind,
-            *_opt("--host", args.host), "--prefetch", str(args.prefetch), "--bundle", args.bundle])
+            *_opt("--host", args.host), "--prefetch", str(args.prefetch), "--bundle", args.bundle,
+            *_opt("--heartbeat-timeout", args.heartbeat_timeout), "--crash-limit", str(args.crash_limit)])
         if err:
             print(f"shoal head: {err}", file=sys.stderr)
             return 2
@@ -115,7 +120,12 @@ def head_command(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="shoal head: %(message)s")
     conn = Connection.new(args.bind)
-    head = Head(conn, bind=args.bind, prefetch=args.prefetch)
+    try:
+        head = Head(conn, bind=args.bind, prefetch=args.prefetch,
+                    heartbeat_timeout=args.heartbeat_timeout, crash_limit=args.crash_limit)
+    except ValueError as exc:
+        print(f"shoal head: {exc}", file=sys.stderr)
+        return 2
     endpoint = head.address
     proto, _, rest = endpoint.partition("://")
     if proto == "tcp":

@@ -383,7 +383,7 @@ class Executor(cf.Executor):
                         kind = msg[0]
                         if kind == P.RESULTS:
                             pop = futures.pop
-                            for tid, status, payload, agent_num in msg[1]:
+                            for tid, status, payload, agent_num, *_ in msg[1]:
                                 fut = pop(tid, None)
                                 if fut is not None:
                                     if agent_num:

@@ -20,6 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--owner-pid", type=int, help="stop when this process dies")
     ap.add_argument("--prefetch", type=int, default=1)
     ap.add_argument("--exit-when-idle", action="store_true")
+    ap.add_argument("--heartbeat-timeout", type=float, default=None, metavar="S",
+                    help="a peer silent this long is lost (default 8)")
+    ap.add_argument("--crash-limit", type=int, default=3, metavar="N",
+                    help="a task lost this many times in a row fails (default 3)")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--remove-dir", action="store_true",
                     help="remove the connection file's directory at exit (the local default's "
@@ -29,8 +33,13 @@ def main(argv: list[str] | None = None) -> int:
                         format="shoal head: %(message)s")
     if args.owner_pid:
         set_parent_death_signal()
-    head = Head(Connection.read(args.connection), bind=args.bind, prefetch=args.prefetch,
-                owner_pid=args.owner_pid, exit_when_idle=args.exit_when_idle)
+    try:
+        head = Head(Connection.read(args.connection), bind=args.bind, prefetch=args.prefetch,
+                    owner_pid=args.owner_pid, exit_when_idle=args.exit_when_idle,
+                    heartbeat_timeout=args.heartbeat_timeout, crash_limit=args.crash_limit)
+    except (OSError, ValueError) as exc:
+        print(f"shoal head: {exc}", file=sys.stderr)
+        return 2
 
     stop_on_signals(head)
     try:

@@ -8,6 +8,7 @@ carry. The head never unpickles user data: payloads pass through as bytes.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 from collections import defaultdict
@@ -23,8 +24,9 @@ from shoal.transport.connfile import Connection
 log = logging.getLogger("shoal.head")
 
 HEARTBEAT_S = 1.0
-AGENT_TIMEOUT_S = 30.0     # silent this long -> the agent is lost
+TIMEOUT_S = 8.0            # a peer silent this long is lost (detected within ~9 s)
 ORIGINS_PER_AGENT = 1 << 16  # tid origins an agent may hand to worker incarnations
+EVICT_EVERY_S = 1.0        # at most one EVICTED per second to a peer we do not know
 
 
 class Peer:
@@ -50,10 +52,19 @@ class Head:
         prefetch: int = 1,
         owner_pid: int | None = None,
         exit_when_idle: bool = False,
+        heartbeat_timeout: float | None = None,
+        crash_limit: int = 3,
     ) -> None:
+        if heartbeat_timeout is not None and heartbeat_timeout <= 0:
+            raise ValueError(f"the heartbeat timeout must be > 0 seconds, not {heartbeat_timeout}")
+        if crash_limit < 1:
+            raise ValueError(f"the crash limit must be at least 1, not {crash_limit}")
         self.conn = conn
         self.codec = P.Codec(conn.key)
-        self.core = SchedulerCore()
+        self.timeout_s = heartbeat_timeout or TIMEOUT_S
+        # beat often enough that a few lost beats never look like a lost peer
+        self.heartbeat_s = min(HEARTBEAT_S, self.timeout_s / 4)
+        self.core = SchedulerCore(crash_limit=crash_limit)
         self.prefetch = max(0, prefetch)
         self.owner_pid = owner_pid
         self.exit_when_idle = exit_when_idle
@@ -68,7 +79,10 @@ class Head:
         self.peers: dict[bytes, Peer] = {}
         self.funcs: dict[int, bytes] = {}
         self.next_origin = 1
-        self.next_agent_num = 1
+        self.next_num = 1
+        self.evicted: dict[bytes, float] = {}     # unknown peer -> when we last told it
+        self.lost_agents = 0
+        self._later: list[tuple[float, int]] = []  # (due, tid): retries after their backoff
         self.running = True
         self.bad_messages = 0
         self._cancels: dict[int, list[Any]] = {}   # key -> [client, req, done, agents, t]
@@ -81,11 +95,15 @@ class Head:
         sock = self.sock
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
-        next_beat = time.monotonic() + HEARTBEAT_S
+        next_beat = time.monotonic() + self.heartbeat_s
         recv = sock.recv_multipart
+        later = self._later
         try:
             while self.running:
-                if poller.poll(HEARTBEAT_S * 1000):
+                wait = self.heartbeat_s
+                if later:
+                    wait = max(0.0, min(wait, later[0][0] - time.monotonic()))
+                if poller.poll(wait * 1000):
                     for _ in range(10000):
                         try:
                             frames = recv(zmq.NOBLOCK, copy=True)
@@ -96,8 +114,14 @@ class Head:
                             break
                     self._flush()
                 now = time.monotonic()
+                if later and later[0][0] <= now:
+                    due = []
+                    while later and later[0][0] <= now:
+                        due.append(heapq.heappop(later)[1])
+                    self._apply(self.core.requeue(due))
+                    self._flush()
                 if now >= next_beat:
-                    next_beat = now + HEARTBEAT_S
+                    next_beat = now + self.heartbeat_s
                     self._beat(now)
         finally:
             self._stop_agents()
@@ -124,28 +148,29 @@ class Head:
         peer = self.peers.get(ident)
         if peer is not None:
             peer.last_seen = time.monotonic()
+        elif kind != P.HELLO and kind != P.BYE:
+            self._evict(ident, kind)
+            return
         if kind == P.RESULTS:
-            if peer is not None:
-                results = msg[1]
-                num = peer.num
-                if num:
-                    for item in results:
-                        item[3] = num
-                self._apply(self.core.finished(ident, results))
+            self._apply(self.core.finished(ident, msg[1]))
         elif kind == P.SUBMIT:
-            if peer is None:
-                return
             funcs = msg[2]
             if funcs:
                 self.funcs.update(funcs)
-            self._apply(self.core.submit(msg[1], ident, static=bool(msg[3])))
+            self._apply(self.core.submit(msg[1], ident, static=bool(msg[3]),
+                                         owner_num=peer.num if peer.role == "client" else None))
+        elif kind == P.RETURN:
+            self._apply(self.core.returned(ident, msg[1]))
+        elif kind == P.DRAIN:
+            log.info("agent %s is draining: %s", ident.decode(errors="replace"),
+                     msg[1] if len(msg) > 1 else "")
+            self._apply(self.core.drain(ident))
         elif kind == P.CREDIT:
-            if peer is not None:
-                self._apply(self.core.set_window(ident, msg[1]))
+            self._apply(self.core.set_window(ident, msg[1]))
         elif kind == P.HELLO:
             self._hello(ident, msg[1], msg[2])
         elif kind == P.CANCEL:
-            if peer is not None and peer.role == "agent":
+            if peer.role == "agent":
                 self._agent_cancelled(ident, msg[1], msg[2])
                 return
             req, tids = msg[1], msg[2]
@@ -181,21 +206,24 @@ class Head:
             return
         old = self.peers.get(ident)
         if old is not None:
-            self._bye(ident, "reconnected")
+            self._bye(ident, "reconnected", lost=True)
+        self.evicted.pop(ident, None)
         peer = Peer(ident, role, info)
         self.peers[ident] = peer
         origin = self.next_origin
         self.next_origin += ORIGINS_PER_AGENT if role == "agent" else 1
+        peer.num = self.next_num
+        self.next_num += 1
         self._send(
             ident,
             [P.WELCOME, {"origin": origin, "prefetch": self.prefetch, "run_id": self.conn.run_id,
-                         "slots": self.core.total_slots() + peer.slots}],
+                         "slots": self.core.total_slots() + (peer.slots if role == "agent" else 0),
+                         "heartbeat_s": self.heartbeat_s, "timeout_s": self.timeout_s,
+                         "num": peer.num}],
         )
         if role == "agent":
-            peer.num = self.next_agent_num
-            self.next_agent_num += 1
             log.info("agent %s joined with %d slots", ident.decode(errors="replace"), peer.slots)
-            self._apply(self.core.add_agent(ident, peer.slots))
+            self._apply(self.core.add_agent(ident, peer.slots, peer.num))
 
     def _agent_cancelled(self, agent: bytes, key: int, tids: list[int]) -> None:
         self._apply(self.core.cancelled_on_agent(agent, tids))
@@ -208,16 +236,21 @@ class Head:
             del self._cancels[key]
             self._send(pending[0], [P.CANCEL, pending[1], pending[2]])
 
-    def _bye(self, ident: bytes, reason: str) -> None:
+    def _bye(self, ident: bytes, reason: str, lost: bool = False) -> None:
+        """The peer left (BYE) or, with ``lost``, was declared lost."""
         peer = self.peers.pop(ident, None)
         if peer is None:
             return
+        if lost:
+            self.evicted[ident] = 0.0  # if it speaks again, it is told at once
         if peer.role == "agent":
-            self._apply(self.core.remove_agent(ident, reason))
+            if lost:
+                self.lost_agents += 1
+            self._apply(self.core.remove_agent(ident, reason, lost=lost))
             for key in [k for k, c in self._cancels.items() if ident in c[3]]:
                 self._agent_cancelled(ident, key, [])
         else:
-            self._apply(self.core.cancel_owner(ident))
+            self._apply(self.core.cancel_owner(ident, peer.num))
             if self.exit_when_idle and not any(p.role == "client" for p in self.peers.values()):
                 self.running = False
 
@@ -227,17 +260,37 @@ class Head:
             self.running = False
             return
         for ident, peer in list(self.peers.items()):
-            if peer.role == "agent" and now - peer.last_seen > AGENT_TIMEOUT_S:
-                log.warning("agent %s silent for %.0f s: lost", ident.decode(errors="replace"),
-                            now - peer.last_seen)
-                self._bye(ident, f"silent for {now - peer.last_seen:.0f} s")
+            silent = now - peer.last_seen
+            if silent > self.timeout_s:
+                log.warning("%s %s silent for %.1f s: lost", peer.role, ident.decode(errors="replace"),
+                            silent)
+                self._bye(ident, f"silent for {silent:.0f} s", lost=True)
             else:
                 self._send(ident, [P.HEARTBEAT])
+        self._flush()
+
+    def _evict(self, ident: bytes, kind: int) -> None:
+        """A message from a peer we do not know (declared lost, or never welcomed): tell
+        it once a second, so it drops what it holds and says HELLO again."""
+        now = time.monotonic()
+        last = self.evicted.get(ident)
+        if last is not None and now - last < EVICT_EVERY_S:
+            return
+        if len(self.evicted) > 100_000:  # bounded: a flood of made-up names cannot grow it
+            self.evicted.clear()
+        self.evicted[ident] = now
+        log.info("told %s (message kind %d) it is not a member of this run",
+                 ident.decode(errors="replace")[:64], kind)
+        self._send(ident, [P.EVICTED, "not a member of this run (declared lost?): say HELLO again"])
 
     # ---- decisions -> messages ------------------------------------------------------
     def _apply(self, d: Decisions) -> None:
         if not d:
             return
+        if d.later:
+            now = time.monotonic()
+            for delay, tid in d.later:
+                heapq.heappush(self._later, (now + delay, tid))
         for agent, specs in d.dispatch.items():
             self._out_tasks[agent].extend(specs)
         for owner, items in d.resolve.items():
@@ -294,5 +347,8 @@ class Head:
             "queued": len(core.ready),
             "live": len(core.tasks),
             "completed": core.completed,
+            "retried": core.retried,
+            "requeued": core.requeued,
+            "lost_agents": self.lost_agents,
             "bad_messages": self.bad_messages,
         }
