@@ -8,14 +8,21 @@ import sys
 
 
 def alive(pid: int) -> bool:
-    """True if a process with this pid exists (and is not a zombie we could see)."""
+    """True if a process with this pid exists and is not a zombie (a killed process
+    whose parent has not reaped it yet is gone for our purposes)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return True  # no /proc: trust kill(0)
+    # the state follows the command name, which is in parentheses and may hold anything
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
 
 
 def set_parent_death_signal(sig: int = signal.SIGTERM) -> None:

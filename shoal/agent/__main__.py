@@ -8,6 +8,7 @@ import logging
 import sys
 
 from shoal._sys import stop_on_signals
+from shoal.agent import limits
 from shoal.agent.agent import Agent
 from shoal.transport.connfile import Connection
 
@@ -21,7 +22,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--owner-pid", type=int, help="stop when this process dies")
     ap.add_argument("--sys-path", help="JSON list of import paths for workers")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--max-output", metavar="SIZE", help=limits.OUTPUT_HELP)
+    ap.add_argument("--max-result", metavar="SIZE", help=limits.RESULT_HELP)
     args = ap.parse_args(argv)
+    try:
+        limits.check_counts(args.slots, args.workers)
+        limits.configure(*limits.from_args(args.max_output, args.max_result))
+    except ValueError as exc:
+        print(f"python -m shoal.agent: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="shoal agent: %(message)s")
     conn = Connection.read(args.connection)

@@ -551,6 +551,7 @@ class Agent:
                 now = time.monotonic()
                 if now >= next_beat:
                     next_beat = now + HEARTBEAT_S
+                    launcher.trim_captures(self.commands.values())  # output over --max-output
                     if self.owner_pid is not None and not alive(self.owner_pid):
                         log.info("owner process is gone; stopping")
                         break

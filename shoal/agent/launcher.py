@@ -11,18 +11,25 @@ child of it keeps the streams open. (Files the child opens itself would spare th
 two held descriptors per running command -- each spawn copies the descriptor table, which
 slows launches when hundreds run -- but cost more per command than they saved: measured
 W2 1,642-2,185/s with files against 2,126-2,278/s with memfds, alternating runs.)
+
+Each captured stream is capped (``--max-output``, see shoal.agent.limits): a memfd is cut
+back to the cap about once a second while its command runs, and only the cap is read
+when it exits, with a line saying how much there was.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import signal
 import subprocess
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from shoal.agent import limits
 from shoal.client.command import CAPTURE, DEVNULL, INHERIT, CommandError, CommandResult
 from shoal.client.future import exception_payload
 from shoal.transport import protocol as P
@@ -133,12 +140,26 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str]) 
     except OSError as exc:
         for fd in captures.values():
             os.close(fd)
+        if exc.errno == errno.E2BIG:  # e.g. a task-file line over MAX_ARG_STRLEN
+            raise LaunchError(_too_long(argv, env)) from None
         raise LaunchError(f"cannot start {argv[0]!r}: {exc.strerror}") from None
     finally:
         for fd in opened:
             os.close(fd)
     pidfd = os.pidfd_open(pid)
     return Running(tid, pid, pidfd, spec, cores, time.monotonic(), captures, popen=popen)
+
+
+def _too_long(argv: list[str], env: dict[str, str]) -> str:
+    """Why exec refused ``argv`` with E2BIG, in words."""
+    longest = max(len(os.fsencode(a)) for a in argv)
+    if longest >= 128 << 10:  # MAX_ARG_STRLEN: 32 pages, for any one string
+        return (f"the command is too long to run ({limits.format_size(longest)} in one argument; "
+                "Linux takes at most 128 KiB in one)")
+    total = sum(len(os.fsencode(a)) + 1 for a in argv) + sum(
+        len(os.fsencode(k)) + len(os.fsencode(v)) + 2 for k, v in env.items())
+    return (f"the command and its environment are too long to run ({limits.format_size(total)}; "
+            "Linux takes a quarter of the stack limit, often 2 MiB)")
 
 
 _resolved: dict[tuple[str, str], str] = {}
@@ -166,21 +187,55 @@ def _fd_for(actions: list[tuple[Any, ...]], target: int) -> int | None:
     return None
 
 
-def _read_capture(fd: int) -> bytes:
-    """All a command wrote to its memfd (it has exited); the fd is closed."""
+def _read_capture(fd: int, limit: int | None = None) -> bytes:
+    """What a command wrote to its memfd (it has exited); the fd is closed.
+
+    Past ``limit`` bytes only the first ``limit`` are kept, followed by a one-line marker
+    with the full size, so no process downstream (agent, head, client) holds more.
+    """
     try:
-        size = os.fstat(fd).st_size
+        # The write offset is shared with the command (same open file): it is how much the
+        # command wrote even after trim_captures() cut the file short.
+        size = max(os.fstat(fd).st_size, os.lseek(fd, 0, os.SEEK_CUR))
+        end = size
+        if limit is not None and size > limit:
+            marker = limits.truncation_marker(limit, size)
+            if limit and os.pread(fd, 1, limit - 1) != b"\n":
+                marker = b"\n" + marker
+            # Written after the kept bytes, to come back in the same read: no second copy.
+            os.pwrite(fd, marker, limit)
+            end = limit + len(marker)
         parts = []
         pos = 0
-        while pos < size:
-            data = os.pread(fd, size - pos, pos)
+        while pos < end:
+            data = os.pread(fd, end - pos, pos)
             if not data:
                 break
             parts.append(data)
             pos += len(data)
-        return b"".join(parts)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
     finally:
         os.close(fd)
+
+
+def trim_captures(runs: Iterable[Running]) -> None:
+    """Free what running commands wrote past the output cap (called about once a second).
+
+    A command's output stays in its memfd until it exits; one printing without end would
+    fill the node's memory. Past the cap, the memfd is cut back to the cap: the command
+    writes on undisturbed (its offset is kept, what follows the cut is a hole that takes no
+    memory), so it holds at most the cap plus what it writes between two calls.
+    """
+    limit = limits.max_output
+    if limit is None:
+        return
+    for run in runs:
+        for fd in run.captures.values():
+            try:
+                if os.fstat(fd).st_size > limit:
+                    os.ftruncate(fd, limit)
+            except OSError:
+                pass
 
 
 def release(run: Running) -> None:
@@ -216,8 +271,9 @@ def reap(run: Running) -> bool:
 
 def outcome(run: Running) -> tuple[int, bytes]:
     """The RESULT status and payload of a finished command."""
-    out = _read_capture(run.captures["stdout"]) if "stdout" in run.captures else None
-    err = _read_capture(run.captures["stderr"]) if "stderr" in run.captures else None
+    cap = limits.max_output
+    out = _read_capture(run.captures["stdout"], cap) if "stdout" in run.captures else None
+    err = _read_capture(run.captures["stderr"], cap) if "stderr" in run.captures else None
     run.captures = {}
     spec = run.spec
     argv = spec["argv"]

@@ -38,6 +38,7 @@ import greenlet
 import zmq
 
 from shoal._sys import set_parent_death_signal
+from shoal.agent import limits
 from shoal.client.encode import EncodeError, Encoder
 from shoal.client.future import ShoalFuture, deliver, exception_payload
 from shoal.transport import protocol as P
@@ -269,6 +270,15 @@ class WorkerContext:
                 err = TypeError(f"the result of the task cannot be sent back: {exc}")
                 self._result(tid, P.ERR, exception_payload(err, ""))
                 return
+        cap = limits.max_result
+        if cap is not None and len(out) > cap:  # refused here, not carried to the client
+            what = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+            if kind != P.PY:
+                what = f"{what} (a chunk of {len(value)} calls)"
+            err = limits.result_too_large(what, len(out), cap)
+            del out, value
+            self._result(tid, P.ERR, exception_payload(err, ""))
+            return
         self._result(tid, P.OK, out)
 
     def _load_func(self, fid: int) -> Callable[..., Any]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal._sys import stop_on_signals
+from shoal.agent import limits
 from shoal.transport.connfile import Connection
 
 
@@ -44,6 +45,8 @@ def add_parser(sub: Any) -> None:
     a.add_argument("--slots", type=int, help="cores offered (default: all cores)")
     a.add_argument("--workers", type=int, help="warm Python workers (default: slots)")
     a.add_argument("--name", help="agent name (default: agent-HOST-PID-XXXX)")
+    a.add_argument("--max-output", metavar="SIZE", help=limits.OUTPUT_HELP)
+    a.add_argument("--max-result", metavar="SIZE", help=limits.RESULT_HELP)
     a.add_argument("--bundle", metavar="ROOT", help=BUNDLE_HELP + "; workers import ROOT/app "
                    "(tier 3) instead of the current directory when it is there")
     a.set_defaults(func=agent_command)
@@ -146,11 +149,19 @@ def head_command(args: argparse.Namespace) -> int:
 
 
 def agent_command(args: argparse.Namespace) -> int:
+    try:
+        limits.check_counts(args.slots, args.workers)
+        caps = limits.from_args(args.max_output, args.max_result)
+    except ValueError as exc:
+        print(f"shoal agent: {exc}", file=sys.stderr)
+        return 2
     sys_path = [os.getcwd()]
     if args.bundle:
         err = run_from_bundle("agent", args.bundle, [
             "--connect", os.path.abspath(args.connect), *_opt("--slots", args.slots),
-            *_opt("--workers", args.workers), *_opt("--name", args.name), "--bundle", args.bundle])
+            *_opt("--workers", args.workers), *_opt("--name", args.name),
+            *_opt("--max-output", args.max_output), *_opt("--max-result", args.max_result),
+            "--bundle", args.bundle])
         if err:
             print(f"shoal agent: {err}", file=sys.stderr)
             return 2
@@ -159,6 +170,7 @@ def agent_command(args: argparse.Namespace) -> int:
             sys_path = [app]
     from shoal.agent.agent import Agent
 
+    limits.configure(*caps)
     logging.basicConfig(level=logging.INFO, format="shoal agent: %(message)s")
     try:
         conn = Connection.read(args.connect)

@@ -13,6 +13,7 @@ import dataclasses
 import itertools
 import math
 import os
+import socket
 import threading
 import time
 import weakref
@@ -336,8 +337,9 @@ class Executor(cf.Executor):
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(efd, zmq.POLLIN)
-        sock.send_multipart(codec.encode([P.HELLO, "client", {"pid": os.getpid()}]))
-        last_heard = time.monotonic()
+        sock.send_multipart(codec.encode([P.HELLO, "client", {"pid": os.getpid(),
+                                                               "host": socket.gethostname()}]))
+        last_heard = last_beat = time.monotonic()
         futures = self._futures
         try:
             while True:
@@ -361,7 +363,10 @@ class Executor(cf.Executor):
                     sock.send_multipart(codec.encode([msg[0], rid, *msg[2:]]))
                 if closing:
                     return
-                events = dict(poller.poll(1000 if idle else 0))
+                events = dict(poller.poll(500 if idle else 0))
+                if idle and time.monotonic() - last_beat >= 0.5:  # the head must hear us
+                    last_beat = time.monotonic()
+                    sock.send_multipart(codec.encode([P.HEARTBEAT]))
                 if efd in events:
                     try:
                         os.eventfd_read(efd)

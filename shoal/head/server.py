@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import socket
 import time
 from collections import defaultdict
 from typing import Any
@@ -82,6 +83,7 @@ class Head:
         self.next_num = 1
         self.evicted: dict[bytes, float] = {}     # unknown peer -> when we last told it
         self.lost_agents = 0
+        self._hostname = socket.gethostname()
         self._later: list[tuple[float, int]] = []  # (due, tid): retries after their backoff
         self.running = True
         self.bad_messages = 0
@@ -261,6 +263,16 @@ class Head:
             return
         for ident, peer in list(self.peers.items()):
             silent = now - peer.last_seen
+            pid = self._local_pid(peer)
+            if pid and peer.role == "client":
+                # A client on this host: its process tells more than its silence. Gone ->
+                # lost at once; stopped (Ctrl-Z, a debugger) -> kept, it will speak again.
+                if not alive(pid):
+                    log.warning("client %s (pid %d) exited without saying goodbye",
+                                ident.decode(errors="replace"), pid)
+                    self._bye(ident, "its process exited", lost=True)
+                    continue
+                silent = 0.0
             if silent > self.timeout_s:
                 log.warning("%s %s silent for %.1f s: lost", peer.role, ident.decode(errors="replace"),
                             silent)
@@ -268,6 +280,15 @@ class Head:
             else:
                 self._send(ident, [P.HEARTBEAT])
         self._flush()
+
+    def _local_pid(self, peer: Peer) -> int:
+        """The peer's pid when it runs on this host (ipc endpoints are always local)."""
+        pid = peer.info.get("pid")
+        if not isinstance(pid, int) or pid <= 0:
+            return 0
+        if self.address.startswith("ipc://") or peer.info.get("host") == self._hostname:
+            return pid
+        return 0
 
     def _evict(self, ident: bytes, kind: int) -> None:
         """A message from a peer we do not know (declared lost, or never welcomed): tell
