@@ -58,3 +58,26 @@ def test_drain_deadline_requeues_what_still_runs(make_cluster, tmp_path):
     i, pid, _ = f.result(timeout=60)
     assert i == 0 and pid != a.pid, "the requeued task ran elsewhere"
     assert len(ledger.lines()) == 2
+
+
+def test_walltime_leaves_in_order(make_cluster, tmp_path):
+    # `--walltime 5 --drain-timeout 1`: the agent drains from 4 s on and is gone by 5 s
+    # (+ slack), exit status 0; its work is finished or handed back, none run twice.
+    c = make_cluster(heartbeat_timeout=TIMEOUT)
+    c.start_head()
+    c.agent("wt-b", slots=2)
+    ex = c.executor()
+    c.wait_agents(ex, 1)
+    ledger = Ledger(str(tmp_path / "starts.txt"))
+    t_start = time.monotonic()
+    a = c.agent("wt-a", slots=2, extra=["--walltime", "5", "--drain-timeout", "1"])
+    wait_for(lambda: a.pid in c.agent_pids(ex), 30, 0.05, "agent a to join")
+    n = 300
+    futs = [ex.submit(tasks.record_start, i, str(ledger), 0.1) for i in range(n)]
+    rc = a.wait(5 + SLACK + 10)
+    took = time.monotonic() - t_start
+    assert rc == 0, f"an agent at its walltime exits 0, not {rc}"
+    assert took <= 5 + SLACK, f"left {took:.1f} s after it started (walltime 5 s)"
+    check_exactly_once([f.result(timeout=120) for f in futs], n)
+    assert not ledger.twice(), ledger.twice()
+    assert any(ln.split()[1] == str(a.pid) for ln in ledger.lines()), "agent a got no work"
