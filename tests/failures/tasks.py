@@ -78,3 +78,9 @@ def slow_first_time(ledger: str, t: float) -> int:
     if n == 1:
         time.sleep(t)
     return n
+
+
+def die(ledger: str) -> None:
+    """Kills its own worker (os._exit), every attempt; counted in ``ledger``."""
+    append(ledger, str(os.getpid()))
+    os._exit(3)

@@ -126,3 +126,26 @@ def test_network_cut_and_heal(netns, make_cluster, tmp_path):
     more = [ex.submit(tasks.record, n + i, str(ledger), 0.01) for i in range(400)]
     assert far.pid in {pid for _, pid in _results(more, 120)}, "the healed agent got no work"
     assert local.alive()
+
+
+def test_crash_limit_fails_a_task_that_kills_its_worker_naming_each_attempt(make_cluster,
+                                                                           tmp_path):
+    import shoal
+
+    c = make_cluster(heartbeat_timeout=TIMEOUT, crash_limit=2)
+    c.start_head()
+    c.agent("cr-a", slots=1)
+    c.agent("cr-b", slots=1)
+    ex = c.executor()
+    c.wait_agents(ex, 2)
+    ledger = Ledger(str(tmp_path / "attempts.txt"))
+    f = ex.submit(tasks.die, str(ledger))
+    others = [ex.submit(tasks.inc, i) for i in range(50)]
+    with pytest.raises(shoal.TaskLost) as info:
+        f.result(timeout=60)
+    assert len(ledger.lines()) == 2, "crash limit 2: exactly two attempts"
+    exc = info.value  # the attempts: in the message, .attempts or the exception's notes
+    text = "\n".join([str(exc), str(getattr(exc, "attempts", "") or ""),
+                      *getattr(exc, "__notes__", [])])
+    assert "attempt 1" in text and "attempt 2" in text, text
+    assert [g.result(60) for g in others] == list(range(1, 51))
