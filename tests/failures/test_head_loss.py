@@ -23,7 +23,8 @@ def test_head_killed_clients_get_headlost_agents_exit_3(make_cluster, tracker, t
     ex = c.executor()
     c.wait_agents(ex, 2)
     marker = str(tmp_path / "spin.txt")
-    running = [ex.submit(tasks.spin, marker) for _ in range(4)]
+    # pinned, two per agent: prefetch would otherwise queue some behind the others for ever
+    running = [ex.options(agent=f"hl-{k % 2}").submit(tasks.spin, marker) for k in range(4)]
     queued = [ex.submit(tasks.inc, i) for i in range(100)]
     wait_for(lambda: len(Ledger(marker).lines()) >= 4, 30, what="4 endless tasks running")
     workers = set().union(*(descendants(a.pid) for a in agents))
