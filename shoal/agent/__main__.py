@@ -1,4 +1,9 @@
-"""``python -m shoal.agent``: run a node agent (used by the local default and `shoal agent`)."""
+"""``python -m shoal.agent``: run a node agent (used by the local default and `shoal agent`).
+
+Exit status: 0 after an orderly drain or shutdown, 2 for bad arguments or a bad connection
+file, 3 when the head was lost (silent past its timeout, and no new head came back within
+``--reconnect`` seconds).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,42 @@ import json
 import logging
 import sys
 
-from shoal._sys import stop_on_signals
 from shoal.agent import limits
 from shoal.agent.agent import Agent
+from shoal.agent.headlink import EXIT_BAD_ARGS
 from shoal.transport.connfile import Connection
+
+
+def add_failure_options(ap: argparse.ArgumentParser) -> None:
+    """The agent's options for leaving and for stopping tasks (shared with `shoal agent`)."""
+    ap.add_argument("--walltime", metavar="TIME",
+                    help="leave after TIME (seconds, H:M:S or D-H:M:S from start; the batch "
+                         "job's end when SLURM_JOB_END_TIME is set, whichever is first): the "
+                         "drain starts --drain-timeout before it")
+    ap.add_argument("--drain-timeout", type=float, default=60.0, metavar="S",
+                    help="when leaving, running tasks may finish for S seconds before they "
+                         "are killed and handed back (default 60)")
+    ap.add_argument("--reconnect", type=float, default=0.0, metavar="S",
+                    help="when the head is lost, wait up to S seconds for a head restarted on "
+                         "the same connection file instead of exiting (default 0: exit)")
+    ap.add_argument("--kill-grace", type=float, default=3.0, metavar="S",
+                    help="a command past its time limit gets SIGTERM, then SIGKILL after S "
+                         "seconds (default 3)")
+
+
+def failure_kwargs(args: argparse.Namespace, connection_file: str) -> dict[str, object]:
+    """Agent keyword arguments from ``add_failure_options``; ValueError names a bad one."""
+    from shoal.agent.failures import parse_walltime
+
+    for flag, value in (("--drain-timeout", args.drain_timeout), ("--reconnect", args.reconnect),
+                        ("--kill-grace", args.kill_grace)):
+        if not value >= 0:
+            raise ValueError(f"{flag} {value:g}: must be 0 or more seconds")
+    return {
+        "walltime": parse_walltime(args.walltime) if args.walltime is not None else None,
+        "drain_timeout": args.drain_timeout, "reconnect": args.reconnect,
+        "kill_grace": args.kill_grace, "connection_file": connection_file,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,23 +61,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--max-output", metavar="SIZE", help=limits.OUTPUT_HELP)
     ap.add_argument("--max-result", metavar="SIZE", help=limits.RESULT_HELP)
+    add_failure_options(ap)
     args = ap.parse_args(argv)
     try:
         limits.check_counts(args.slots, args.workers)
         limits.configure(*limits.from_args(args.max_output, args.max_result))
+        extra = failure_kwargs(args, args.connection)
     except ValueError as exc:
         print(f"python -m shoal.agent: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="shoal agent: %(message)s")
-    conn = Connection.read(args.connection)
+    try:
+        conn = Connection.read(args.connection)
+    except (OSError, ValueError) as exc:
+        print(f"python -m shoal.agent: {exc}", file=sys.stderr)
+        return EXIT_BAD_ARGS
     agent = Agent(conn.address, conn.key, slots=args.slots, workers=args.workers, name=args.name,
                   owner_pid=args.owner_pid,
-                  sys_path=json.loads(args.sys_path) if args.sys_path else None)
-
-    stop_on_signals(agent)
+                  sys_path=json.loads(args.sys_path) if args.sys_path else None,
+                  **extra)  # type: ignore[arg-type]
     agent.run()
-    return 0
+    return agent.exit_code
 
 
 if __name__ == "__main__":

@@ -1,17 +1,28 @@
 """The node agent: one per node. Slots, warm Python workers, command launcher.
 
 One thread, one poll loop over: the DEALER to the head, the ROUTER to its workers,
-each worker's pidfd (death), each command's pidfd and output pipes. Everything that goes
-out is batched per turn of the loop.
+each worker's pidfd (death), an epoll set of running commands' pidfds, and a pipe that
+signals wake it through. Everything that goes out is batched per turn of the loop.
 
 Credit: the agent tells the head how many cores' worth of tasks it can take (its slots x
 (1 + prefetch) at first; then what finishes, and what blocks waiting on sub-tasks). Workers
 pull from the agent the same way, so prefetched tasks sit next to the core that runs them.
+
+Failures (protocol.py, docs/failures.md): every result carries the attempt of the spec it
+ran. The agent sends HEARTBEAT when it sent nothing else for heartbeat_s and gives up on a
+head silent for timeout_s (exit status 3, or with ``reconnect`` waits for a new head on the
+same connection file). EVICTED (the head declared it lost) drops everything it holds.
+
+The class is cut in mixins over the same state: ``pool`` (the worker processes),
+``headlink`` (connection, loss, reconnect, eviction), ``stopping`` (time limits, cancels of
+running tasks, the drain, recycling workers between clients); this module holds the loop,
+the messages and placing work.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import mmap
 import os
 import secrets
@@ -19,23 +30,31 @@ import select
 import shutil
 import signal
 import socket
-import struct
-import sys
 import tempfile
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from typing import Any
 
 import zmq
 
 from shoal._sys import alive, set_parent_death_signal
 from shoal.agent import launcher
+from shoal.agent.failures import OomWatch, failure_info, text_info
+from shoal.agent.headlink import (
+    EXIT_OK,
+    HEAD_TIMEOUT_S,
+    HEARTBEAT_S,
+    HeadLink,
+)
+from shoal.agent.pool import SLOT_BYTES, WorkerHandle, WorkerPool, spec_attempt, spec_owner
+from shoal.agent.stopping import Stopping
 from shoal.transport import protocol as P
 
 log = logging.getLogger("shoal.agent")
 
-HEARTBEAT_S = 1.0
-HEAD_TIMEOUT_S = 60.0
+# A turn of the loop that took this much longer than its poll asked for means this process
+# was frozen (SIGSTOP, a paused VM): the head's silence meanwhile proves nothing.
+FREEZE_SLACK_S = 1.0
 # Adaptive prefetch from per-function run-time statistics: a worker is sent tasks until
 # about QUEUE_TARGET_S of estimated work waits for it (a function not seen yet counts as
 # that long by itself), so tiny tasks travel in big batches and long ones stay balanced.
@@ -46,33 +65,11 @@ QUEUE_MAX = 1000
 # and a message per result would cost the head and the client more than the commands.
 RESULTS_DELAY_S = 0.002
 RESULTS_BATCH = 256
+T_OPTS, T_ATTEMPT, T_OWNER = P.T_OPTS, P.T_ATTEMPT, P.T_OWNER
+OWNER_SCAN = 256  # queued tasks a worker bound to one client looks through for its own
 
 
-class WorkerHandle:
-    __slots__ = ("index", "ident", "pid", "pidfd", "origin", "credit", "tasks", "blocked",
-                 "sent_fids", "ready", "said_hello", "est", "queued_s")
-
-    def __init__(self, index: int, ident: bytes, pid: int, origin: int) -> None:
-        self.index = index
-        self.ident = ident
-        self.pid = pid
-        self.pidfd = os.pidfd_open(pid)
-        self.origin = origin
-        self.credit = 0
-        self.tasks: OrderedDict[int, list[Any]] = OrderedDict()  # in the order sent
-        self.blocked: set[int] = set()
-        self.sent_fids: set[int] = set()
-        self.ready = False
-        self.said_hello = False
-        self.est: dict[int, float] = {}   # tid -> estimated run time when sent
-        self.queued_s = 0.0
-
-    @property
-    def busy(self) -> bool:
-        return len(self.tasks) > len(self.blocked)
-
-
-class Agent:
+class Agent(WorkerPool, HeadLink, Stopping):
     def __init__(
         self,
         address: str,
@@ -82,19 +79,36 @@ class Agent:
         name: str | None = None,
         owner_pid: int | None = None,
         sys_path: list[str] | None = None,
+        *,
+        connection_file: str | None = None,
+        reconnect: float = 0.0,
+        kill_grace: float = 3.0,
+        drain_timeout: float = 60.0,
+        walltime: float | None = None,
     ) -> None:
         self.address = address
         self.key = key
         self.codec = P.Codec(key)
+        # the workers' channel keeps the key they were forked with, whatever the head's
+        self.worker_key = key
+        self.wcodec = P.Codec(key)
         self.slots = slots or os.cpu_count() or 1
         self.nworkers = self.slots if workers is None else min(workers, self.slots)
         host = socket.gethostname()
         self.name = name or f"agent-{host}-{os.getpid()}-{secrets.token_hex(2)}"
         self.owner_pid = owner_pid
         self.sys_path = sys_path
+        self.connection_file = connection_file
+        self.reconnect = reconnect
+        self.kill_grace = kill_grace
+        self.drain_timeout = drain_timeout
+        self.walltime = walltime
         self.prefetch = 1
         self.origin_base = 0
         self.incarnations = 0
+        self.heartbeat_s = HEARTBEAT_S
+        self.timeout_s = HEAD_TIMEOUT_S
+        self.exit_code = EXIT_OK
         self.workers: dict[bytes, WorkerHandle] = {}
         self.by_pidfd: dict[int, WorkerHandle] = {}
         self.by_origin: dict[int, WorkerHandle] = {}
@@ -119,111 +133,46 @@ class Agent:
         self.out_submit: list[list[Any]] = []
         self.out_funcs: dict[int, bytes] = {}
         self.out_workers: dict[bytes, list[list[Any]]] = {}
+        self._child_results: dict[bytes, list[list[Any]]] = {}
         self.running = True
         self.head_gone = False
         self.welcomed = False
         self.base_env = dict(os.environ)
-        # One int64 per worker index, shared with the (forked) workers: the task each runs
-        # now, so a worker's death is charged to the task that was running, exactly.
-        self.running_slots = mmap.mmap(-1, 8 * self.slots)
+        # Per worker index, shared with the (forked) workers: the task it runs now and
+        # since when, so a worker's death is charged to the task that was running, exactly,
+        # and a time limit holds whatever the task does (even stuck in C code).
+        self.running_slots = mmap.mmap(-1, SLOT_BYTES * self.slots)
         self.tmpdir = tempfile.mkdtemp(prefix="shoal-agent-")
         self.worker_endpoint = f"ipc://{self.tmpdir}/workers"
         self.ctx: zmq.Context | None = None
+        self.head: zmq.Socket | None = None
         self.poller = zmq.Poller()
-
-    # ---- workers --------------------------------------------------------------------
-    def _spawn_worker(self, index: int) -> WorkerHandle:
-        self.incarnations += 1
-        origin = self.incarnations  # offset from the head-given base, fixed at WELCOME
-        ident = f"w{index}.{self.incarnations}".encode()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.environ["SHOAL_AGENT_PID"] = str(os.getpid())  # the worker checks it still has us
-        pid = os.fork()
-        if pid == 0:  # child: becomes a warm worker, never returns
-            try:
-                from shoal.agent.worker import worker_main
-
-                worker_main(self.worker_endpoint, self.key, ident, self.sys_path,
-                            self.running_slots, 8 * index)
-            finally:
-                os._exit(1)
-        w = WorkerHandle(index, ident, pid, origin)
-        self.workers[ident] = w
-        self.by_pidfd[w.pidfd] = w
-        self.poller.register(w.pidfd, zmq.POLLIN)
-        return w
-
-    def _welcome_worker(self, w: WorkerHandle) -> None:
-        # Called once both the head (origin base) and the worker (HELLO) are there.
-        if w.ready or not self.welcomed or not getattr(w, "said_hello", False):
-            return
-        w.ready = True
-        w.origin = self.origin_base + w.origin
-        self.by_origin[w.origin] = w
-        self._send_worker(w, [P.WELCOME, {"origin": w.origin, "prefetch": self.prefetch}])
-
-    def _start_workers(self, n: int) -> None:
-        have = {w.index for w in self.workers.values()}
-        for index in range(self.slots):
-            if n <= 0:
-                break
-            if index not in have:
-                self._spawn_worker(index)
-                n -= 1
-
-    def _worker_died(self, w: WorkerHandle) -> None:
-        try:
-            _, status = os.waitpid(w.pid, 0)
-            code = os.waitstatus_to_exitcode(status)
-        except ChildProcessError:
-            code = None
-        self.poller.unregister(w.pidfd)
-        os.close(w.pidfd)
-        del self.by_pidfd[w.pidfd]
-        self.workers.pop(w.ident, None)
-        self.by_origin.pop(w.origin, None)
-        if not self.running:
-            return
-        if code is None:
-            how = "died"
-        elif code < 0:
-            try:
-                signame = signal.Signals(-code).name
-            except ValueError:
-                signame = str(-code)
-            how = f"was killed by signal {-code} ({signame})"
-        else:
-            how = f"exited with status {code}"
-        why = f"worker {w.index} (pid {w.pid}) on {self.name} {how} while running this task"
-        # Lost: the task it was running (from the shared slot) and the ones it had parked
-        # waiting on sub-tasks. Everything else it held had not started or had finished
-        # with its result still in flight: those run again.
-        running = struct.unpack_from("q", self.running_slots, 8 * w.index)[0]
-        struct.pack_into("q", self.running_slots, 8 * w.index, 0)
-        lost = [t for t in w.tasks if t in w.blocked or t == running]
-        requeue = [spec for t, spec in w.tasks.items() if t not in w.blocked and t != running]
-        for tid in lost:
-            self._result_to_head([tid, P.LOST, why.encode(), None])
-        for spec in reversed(requeue):
-            (self.pinned.setdefault(spec[6], deque()) if spec[6] >= 0 else self.py_queue
-             ).appendleft(spec)
-        log.warning("%s", why)
-        self._spawn_worker(w.index)
+        self.oom = OomWatch()
+        self.sent_at = time.monotonic()
+        self.head_seen = time.monotonic()
+        self.reconnect_until: float | None = None
+        self.connects = 0
+        self._init_stopping()
 
     # ---- messages from the head -------------------------------------------------------
     def _from_head(self, msg: list[Any]) -> None:
         kind = msg[0]
         if kind == P.TASKS:
+            if not self.welcomed:
+                log.warning("dropped %d tasks sent before this agent was welcomed", len(msg[1]))
+                return
             if msg[2]:
                 self.func_blobs.update(msg[2])
+            if self.draining:  # in flight when DRAIN left: straight back
+                self.out_return.extend(spec[P.T_ID] for spec in msg[1])
+                return
             need_workers = False
             for spec in msg[1]:
-                if spec[1] == P.CMD:
+                if spec[P.T_KIND] == P.CMD:
                     self.cmd_queue.append(spec)
                 else:
                     need_workers = True
-                    hint = spec[6]
+                    hint = spec[P.T_HINT]
                     if hint >= 0:
                         self.pinned.setdefault(hint % self.slots, deque()).append(spec)
                     else:
@@ -233,69 +182,46 @@ class Agent:
         elif kind == P.RESULTS:
             for item in msg[1]:
                 w = self.by_origin.get(item[0] >> 32)
-                if w is not None:
-                    self._queue_child_result(w, item)
+                if w is not None and not w.doomed:
+                    self._child_results.setdefault(w.ident, []).append(item)
         elif kind == P.WELCOME:
-            info = msg[1]
-            self.welcomed = True
-            self.prefetch = int(info.get("prefetch", 1))
-            self.origin_base = int(info["origin"])
-            for w in list(self.workers.values()):
-                self._welcome_worker(w)
+            self._welcomed(msg[1])
         elif kind == P.CANCEL:
-            if msg[1]:  # a client's cancel: drop what has not started, say which
-                self._send_head([P.CANCEL, msg[1], self._drop_queued(set(msg[2]))])
-            else:       # the owner is gone: stop them wherever they are
-                self._revoke(set(msg[2]))
+            # [CANCEL, req, tids, queued_only]: req 0 = the owner is gone (say nothing);
+            # queued_only (optional) leaves running tasks alone (shutdown(cancel_futures))
+            stopped = self._stop_tasks(set(msg[2]), running=not (len(msg) > 3 and msg[3]))
+            if msg[1]:  # a client's cancel: say which were dropped or stopped here
+                self._send_head([P.CANCEL, msg[1], stopped])
+        elif kind == P.EVICTED:
+            if self.welcomed:
+                self._evicted(str(msg[1]) if len(msg) > 1 else "declared lost")
         elif kind == P.SHUTDOWN:
             self.running = False
             self.head_gone = True
         elif kind == P.HEARTBEAT:
             pass
 
-    def _queue_child_result(self, w: WorkerHandle, item: list[Any]) -> None:
-        self._child_results.setdefault(w.ident, []).append(item)
-
-    def _drop_queued(self, tids: set[int]) -> list[int]:
-        dropped = [s[0] for s in self.py_queue if s[0] in tids]
-        dropped += [s[0] for s in self.cmd_queue if s[0] in tids]
-        for q in self.pinned.values():
-            dropped += [s[0] for s in q if s[0] in tids]
-        if dropped:
-            gone = set(dropped)
-            self.py_queue = deque(s for s in self.py_queue if s[0] not in gone)
-            self.cmd_queue = deque(s for s in self.cmd_queue if s[0] not in gone)
-            for q in self.pinned.values():
-                kept = [s for s in q if s[0] not in gone]
-                q.clear()
-                q.extend(kept)
-        return dropped
-
-    def _revoke(self, tids: set[int]) -> None:
-        self._drop_queued(tids)
-        for run in list(self.commands.values()):
-            if run.tid in tids:
-                launcher.kill(run)
-        for w in self.workers.values():
-            hit = [t for t in w.tasks if t in tids]
-            if hit:
-                self._send_worker(w, [P.CANCEL, 0, hit])
-
     # ---- messages from workers ----------------------------------------------------------
     def _from_worker(self, ident: bytes, msg: list[Any]) -> None:
         w = self.workers.get(ident)
-        if w is None:
+        if w is None or w.doomed:
             return
         kind = msg[0]
         if kind == P.HELLO:
             w.said_hello = True
             self._welcome_worker(w)
         elif kind == P.RESULTS:
-            tasks, est = w.tasks, w.est
+            tasks, est, out = w.tasks, w.est, self.out_results
             for item in msg[1]:
-                tasks.pop(item[0], None)
+                spec = tasks.pop(item[0], None)
+                if spec is None:  # stopped or handed back meanwhile: not ours to send
+                    continue
                 w.queued_s -= est.pop(item[0], 0.0)
-                self.out_results.append(item)
+                if w.timed:
+                    w.timed.pop(item[0], None)
+                    w.started.pop(item[0], None)
+                item[3] = spec[T_ATTEMPT] if len(spec) > T_ATTEMPT else None  # R_ATTEMPT
+                out.append(item)
             if not tasks:
                 w.queued_s = 0.0
             if len(msg) > 2 and msg[2]:
@@ -314,12 +240,21 @@ class Agent:
                 if ev > 0:
                     if ev in w.tasks:
                         w.blocked.add(ev)
+                        if ev in w.timed and ev not in w.started:
+                            w.started[ev] = time.monotonic()  # began before we looked
                 else:
                     w.blocked.discard(-ev)
         elif kind == P.SUBMIT:
+            owner = w.owner
+            for spec in msg[1]:  # a tree keeps its client
+                if len(spec) < P.TASK_LEN:
+                    spec.extend([None] * (P.TASK_LEN - len(spec)))
+                spec[P.T_OWNER] = owner
             self.out_submit.extend(msg[1])
             if msg[2]:
                 self.out_funcs.update(msg[2])
+        elif kind == P.RETURN:
+            self._worker_returned(w, msg[1])
 
     def _result_to_head(self, item: list[Any]) -> None:
         self.out_results.append(item)  # the window (sent separately) accounts for its cores
@@ -368,10 +303,30 @@ class Agent:
         w.est[spec[0]] = e
         w.queued_s += e
         w.tasks[spec[0]] = spec
+        if len(spec) > T_OWNER:
+            owner = spec[T_OWNER]
+            if owner is not None:
+                w.owner = owner
+            if spec[T_OPTS]:
+                limit = self._time_limit(spec)
+                if limit is not None:
+                    w.timed[spec[0]] = limit
         out = self.out_workers.get(w.ident)
         if out is None:
             out = self.out_workers[w.ident] = []
         out.append(spec)
+
+    def _take_other(self, w: WorkerHandle) -> list[Any] | None:
+        """A queued task (not the first) that ``w``, bound to its client, may run."""
+        queue = self.py_queue
+        mine = w.owner
+        for i in range(1, min(len(queue), OWNER_SCAN)):
+            owner = spec_owner(queue[i])
+            if owner is None or owner == mine:
+                spec = queue[i]
+                del queue[i]
+                return spec
+        return None
 
     def _dispatch(self) -> None:
         # Python tasks to workers that want them: pinned blocks (static schedule) to their
@@ -380,12 +335,18 @@ class Agent:
         if self.py_queue or self.pinned:
             free = self._free_cores()
             ready = [w for w in self.workers.values() if w.ready]  # a ROUTER drops to others
-            for w in ready:
-                q = self.pinned.get(w.index)
-                while q and self._wants(w):
-                    self._give(w, q.popleft())
-            for k in [k for k, q in self.pinned.items() if not q]:
-                del self.pinned[k]
+            if self.pinned:
+                for w in ready:
+                    q = self.pinned.get(w.index)
+                    while q and self._wants(w):
+                        owner = spec_owner(q[0])
+                        if owner is not None and w.owner not in (None, owner):
+                            if not w.tasks:
+                                self._recycle(w)  # bound to another client, idle
+                            break
+                        self._give(w, q.popleft())
+                for k in [k for k, q in self.pinned.items() if not q]:
+                    del self.pinned[k]
             cands = sorted((w for w in ready if self._wants(w)),
                            key=lambda w: len(w.tasks) - len(w.blocked))
             queue = self.py_queue
@@ -394,14 +355,32 @@ class Agent:
                 for w in cands:
                     if not queue:
                         break
-                    if not w.busy:
-                        if free <= 0:
+                    idle = not w.busy
+                    if idle and free <= 0:
+                        continue
+                    spec = queue[0]
+                    mine = w.owner
+                    if mine is None or len(spec) <= T_OWNER or spec[T_OWNER] in (None, mine):
+                        queue.popleft()
+                    else:  # bound to another client than the first task's
+                        spec = self._take_other(w)
+                        if spec is None:
                             continue
+                    if idle:
                         free -= 1
-                    self._give(w, queue.popleft())
+                    self._give(w, spec)
                     if self._wants(w):
                         nxt.append(w)
                 cands = nxt
+            if queue and free > 0:
+                # Tasks wait, cores are free, and the idle workers are bound to other
+                # clients: fresh forks replace them (a client never sees another's globals).
+                for w in ready:
+                    if free <= 0:
+                        break
+                    if not w.tasks and w.owner is not None and w.credit:
+                        self._recycle(w)
+                        free -= 1
         # Commands when cores are free, in order (free cores counted once per pass).
         free = self._free_cores() if self.cmd_queue else 0
         while self.cmd_queue:
@@ -413,12 +392,16 @@ class Agent:
             try:
                 run = launcher.spawn(spec[0], spec[3], cores, self.base_env)
             except launcher.LaunchError as exc:
-                self._result_to_head([spec[0], P.ERR, str(exc).encode(), None])
+                self._result_to_head([spec[0], P.ERR, str(exc).encode(), spec_attempt(spec),
+                                      failure_info(exc)])
                 continue
+            run.attempt = spec_attempt(spec)
             free -= cores
             self.cmd_cores += cores
             self.commands[run.pidfd] = run
             self.cmd_epoll.register(run.pidfd, select.EPOLLIN)
+            if len(spec) > P.T_OPTS and spec[P.T_OPTS]:
+                self._command_limit(run, self._time_limit(spec))
 
     def _command_events(self) -> None:
         for fd, _ in self.cmd_epoll.poll(0):
@@ -431,58 +414,74 @@ class Agent:
         self.commands.pop(run.pidfd, None)
         os.close(run.pidfd)
         self.cmd_cores -= run.cores
+        if run.stopping == "drop":  # cancelled, evicted or handed back: no result
+            launcher.release(run)
+            return
+        if run.stopping == "timeout":
+            launcher.release(run)
+            text = launcher.timeout_text(run, self.kill_grace)
+            self._result_to_head([run.tid, P.TIMEOUT, text.encode(), run.attempt,
+                                  text_info(text)])
+            return
         dt = time.monotonic() - run.started
         self.cmd_mean = 0.8 * self.cmd_mean + 0.2 * dt
         status, payload = launcher.outcome(run)
-        self._result_to_head([run.tid, status, payload, None])
+        exc = launcher.check_failure(run) if status == P.ERR else None
+        self._result_to_head([run.tid, status, payload, run.attempt,
+                              failure_info(exc) if exc is not None else None])
 
     # ---- sending -------------------------------------------------------------------------
     def _send_head(self, msg: list[Any]) -> None:
         self.head.send_multipart(self.codec.encode(msg), copy=False)
+        self.sent_at = time.monotonic()
 
     def _send_worker(self, w: WorkerHandle, msg: list[Any]) -> None:
-        self.wsock.send_multipart([w.ident, *self.codec.encode(msg)], copy=False)
+        self.wsock.send_multipart([w.ident, *self.wcodec.encode(msg)], copy=False)
 
     def _flush(self) -> None:
-        for ident, items in self._child_results.items():
-            w = self.workers.get(ident)
-            if w is not None and items:
-                self._send_worker(w, [P.RESULTS, items])
-        self._child_results = {}
-        for ident, specs in self.out_workers.items():
-            w = self.workers.get(ident)
-            if w is None or not specs:
-                continue
-            funcs = {}
-            for spec in specs:
-                fid = spec[2]
-                if fid not in w.sent_fids:
-                    w.sent_fids.add(fid)
-                    blob = self.func_blobs.get(fid)
-                    if blob is not None:
-                        funcs[fid] = blob
-            self._send_worker(w, [P.TASKS, specs, funcs])
-        self.out_workers = {}
+        if self._child_results:
+            for ident, items in self._child_results.items():
+                w = self.workers.get(ident)
+                if w is not None and items:
+                    self._send_worker(w, [P.RESULTS, items])
+            self._child_results = {}
+        if self.out_workers:
+            for ident, specs in self.out_workers.items():
+                w = self.workers.get(ident)
+                if w is None or not specs:
+                    continue
+                funcs = {}
+                for spec in specs:
+                    fid = spec[2]
+                    if fid not in w.sent_fids:
+                        w.sent_fids.add(fid)
+                        blob = self.func_blobs.get(fid)
+                        if blob is not None:
+                            funcs[fid] = blob
+                self._send_worker(w, [P.TASKS, specs, funcs])
+            self.out_workers = {}
         if not self.welcomed:
             return
         if self.out_results and (
             len(self.out_results) >= RESULTS_BATCH
             or time.monotonic() - self.results_sent >= RESULTS_DELAY_S
-            or not self.running
+            or not self.running or self.draining
         ):
             res, self.out_results = self.out_results, []
             self._send_head([P.RESULTS, res])
-            self.sent_at = self.results_sent = time.monotonic()
+            self.results_sent = self.sent_at
         if self.out_submit:
             subs, self.out_submit = self.out_submit, []
             funcs, self.out_funcs = self.out_funcs, {}
             self.func_blobs.update(funcs)
             self._send_head([P.SUBMIT, subs, funcs, 0])
-            self.sent_at = time.monotonic()
+        if self.out_return:
+            tids, self.out_return = self.out_return, []
+            self._send_head([P.RETURN, tids])
         if self.window_to_send > 0:
             n, self.window_to_send = self.window_to_send, 0
-            self._send_head([P.CREDIT, n])
-            self.sent_at = time.monotonic()
+            if not self.draining:
+                self._send_head([P.CREDIT, n])
 
     # ---- loop ------------------------------------------------------------------------------
     def dump_state(self, *_: object) -> None:
@@ -492,8 +491,23 @@ class Agent:
             len(self.py_queue), len(self.cmd_queue),
             [(r.tid, r.pid, r.status) for r in self.commands.values()],
             self.cmd_cores, self._free_cores(),
-            [(w.index, len(w.tasks), len(w.blocked), w.credit) for w in self.workers.values()],
+            [(w.index, len(w.tasks), len(w.blocked), w.credit, w.owner)
+             for w in self.workers.values()],
         )
+
+    def _wait_s(self, now: float) -> float:
+        """How long the next poll may sleep: until the next thing due."""
+        due = now + 1.0 if self.owner_pid is not None or self.commands else math.inf
+        if self.welcomed:
+            due = min(due, self.sent_at + self.heartbeat_s)
+        if self.reconnect_until is not None:  # re-read the connection file every second
+            due = min(due, now + 1.0, self.reconnect_until + 0.01)
+        else:
+            due = min(due, self.head_seen + self.timeout_s + 0.01)
+        if self.out_results:  # wake up to send them
+            due = min(due, self.results_sent + RESULTS_DELAY_S)
+        due = min(due, self._limits_due(now))
+        return max(0.0, due - now)
 
     def run(self) -> None:
         set_parent_death_signal()
@@ -509,58 +523,66 @@ class Agent:
         self.wsock.setsockopt(zmq.RCVHWM, 0)
         self.wsock.setsockopt(zmq.LINGER, 0)
         self.wsock.bind(self.worker_endpoint)
-        self.head = self.ctx.socket(zmq.DEALER)
-        self.head.setsockopt(zmq.IDENTITY, self.name.encode())
-        self.head.setsockopt(zmq.SNDHWM, 0)
-        self.head.setsockopt(zmq.RCVHWM, 0)
-        self.head.setsockopt(zmq.LINGER, 2000)
-        self.head.setsockopt(zmq.RECONNECT_IVL, 10)  # a head starting beside us: retry soon
-        self.head.connect(self.address)
-        self._child_results: dict[bytes, list[list[Any]]] = {}
-        self.sent_at = time.monotonic()
-        self._send_head([P.HELLO, "agent", {"slots": self.slots, "host": socket.gethostname(),
-                                              "pid": os.getpid()}])
-        # the first credit: every slot plus its prefetch (sent once WELCOME tells the prefetch)
+        self._connect_head()
+        self._hello()
         poller = self.poller
-        poller.register(self.head, zmq.POLLIN)
         poller.register(self.wsock, zmq.POLLIN)
         poller.register(self.cmd_epoll.fileno(), zmq.POLLIN)
+        wake_fd = self._watch_signals()
         epoll_fd = self.cmd_epoll.fileno()
-        head_seen = time.monotonic()
-        next_beat = time.monotonic() + HEARTBEAT_S
+        second = time.monotonic()
         try:
             while self.running:
-                wait_ms = HEARTBEAT_S * 1000
-                if self.out_results:  # wake up to send them
-                    wait_ms = max(0.0, (self.results_sent + RESULTS_DELAY_S - time.monotonic()) * 1000)
-                events = poller.poll(wait_ms)
+                before = time.monotonic()
+                wait = self._wait_s(before)
+                events = poller.poll(wait * 1000)
+                now = polled = time.monotonic()
+                if now - before > wait + FREEZE_SLACK_S:
+                    # frozen (SIGSTOP, a paused VM): the head gets a fresh timeout
+                    log.info("this agent was frozen for %.0f s", now - before - wait)
+                    self.head_seen = now
                 for sock_or_fd, _ in events:
                     if sock_or_fd is self.head:
-                        head_seen = time.monotonic()
+                        self.head_seen = now
                         self._drain(self.head, from_head=True)
                     elif sock_or_fd is self.wsock:
                         self._drain(self.wsock, from_head=False)
                     elif sock_or_fd == epoll_fd:
                         self._command_events()
+                    elif sock_or_fd == wake_fd:
+                        self._signalled(now)
                     elif sock_or_fd in self.by_pidfd:
                         self._worker_died(self.by_pidfd[sock_or_fd])
-                self._dispatch()
-                if self.welcomed:
-                    self._want_credit()
+                if not self.running:
+                    break
+                self._check_limits(now)
+                if self.draining:
+                    self._drain_step(now)
+                else:
+                    self._dispatch()
+                    if self.welcomed:
+                        self._want_credit()
                 self._flush()
+                if self.finished:
+                    break
                 now = time.monotonic()
-                if now >= next_beat:
-                    next_beat = now + HEARTBEAT_S
+                if now >= second + 1.0:  # about once a second
+                    second = now
                     launcher.trim_captures(self.commands.values())  # output over --max-output
                     if self.owner_pid is not None and not alive(self.owner_pid):
                         log.info("owner process is gone; stopping")
                         break
-                    if now - head_seen > HEAD_TIMEOUT_S:
-                        log.warning("no word from the head for %.0f s; stopping", now - head_seen)
-                        break
-                    if now - self.sent_at >= HEARTBEAT_S:
-                        self._send_head([P.HEARTBEAT])
-                        self.sent_at = now
+                if self.reconnect_until is not None:
+                    self._watch_connection_file(now)
+                    if now > self.reconnect_until:
+                        self._head_lost(now)
+                elif now - self.head_seen > self.timeout_s:
+                    if now - polled > FREEZE_SLACK_S or self.head.poll(0):
+                        self.head_seen = now  # frozen in this turn, or the head spoke since
+                    else:
+                        self._head_lost(now)
+                elif self.welcomed and now - self.sent_at >= self.heartbeat_s:
+                    self._send_head([P.HEARTBEAT])
         finally:
             self._shutdown()
 
@@ -580,12 +602,14 @@ class Agent:
                     continue
                 ident, sig, body = frames
             try:
-                msg = self.codec.decode(sig, body)
+                msg = (self.codec if from_head else self.wcodec).decode(sig, body)
             except P.AuthError:
                 log.warning("dropped a message that failed authentication")
                 continue
             if from_head:
                 self._from_head(msg)
+                if sock is not self.head:  # reconnected while handling it
+                    return
             else:
                 self._from_worker(ident, msg)
 
@@ -594,6 +618,12 @@ class Agent:
         for run in list(self.commands.values()):
             launcher.kill(run)
         for w in list(self.workers.values()):
+            if w.tasks:  # may be stuck anywhere: no waiting for it
+                try:
+                    os.kill(w.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                continue
             try:
                 self._send_worker(w, [P.SHUTDOWN])
             except Exception:  # noqa: BLE001
@@ -601,7 +631,7 @@ class Agent:
         deadline = time.monotonic() + 2.0
         for w in list(self.workers.values()):
             # one that has not said hello may not be connected yet and never hear us
-            while time.monotonic() < deadline and w.said_hello:
+            while time.monotonic() < deadline and w.said_hello and not w.tasks:
                 pid, _ = os.waitpid(w.pid, os.WNOHANG)
                 if pid:
                     break
@@ -617,19 +647,22 @@ class Agent:
                 os.waitpid(run.pid, 0)
             except ChildProcessError:
                 pass
+            launcher.kill(run)  # what it left in its process group
             launcher.release(run)
             os.close(run.pidfd)
         self.commands.clear()
         self.cmd_epoll.close()
         if self.ctx is not None:
-            if not self.head_gone:
+            if not self.head_gone and self.head is not None:
                 try:
-                    self._send_head([P.BYE, "shutdown"])
+                    self._send_head([P.BYE, self.bye_reason])
                 except Exception:  # noqa: BLE001
                     pass
-            self.head.close(linger=0 if self.head_gone else 500)
+            if self.head is not None:
+                self.head.close(linger=0 if self.head_gone else 2000)
             self.wsock.close(linger=0)
             self.ctx.term()
+        self._unwatch_signals()
         try:
             os.unlink(f"{self.tmpdir}/workers")
         except FileNotFoundError:

@@ -48,6 +48,10 @@ class Running:
     captures: dict[str, int] = field(default_factory=dict)  # "stdout"/"stderr" -> memfd
     status: int | None = None
     popen: Any = None
+    attempt: int | None = None      # of the dispatched spec, stamped on the result
+    timeout: float | None = None    # seconds this attempt may run (opts "timeout")
+    stopping: str | None = None     # why the agent signalled it: "timeout" | "drop"
+    term_sent: float = 0.0          # when SIGTERM went at the time limit (0: not yet)
 
 
 class LaunchError(Exception):
@@ -283,6 +287,34 @@ def outcome(run: Running) -> tuple[int, bytes]:
     if spec.get("check") and rc != 0:
         return P.ERR, exception_payload(CommandError(rc, shown, out, err), "")
     return P.OK, pickle.dumps(res, protocol=5)
+
+
+def check_failure(run: Running) -> BaseException | None:
+    """The CommandError a finished ``check=True`` command failed with, else None (the
+    exception ``outcome`` pickles; built again here only for the RESULT's info)."""
+    spec = run.spec
+    rc = run.status if run.status is not None else -1
+    if not spec.get("check") or rc == 0:
+        return None
+    argv = spec["argv"]
+    shown: Any = argv[2] if len(argv) == 3 and argv[:2] == ["/bin/sh", "-c"] else argv
+    return CommandError(rc, shown)
+
+
+def timeout_text(run: Running, grace: float) -> str:
+    """The payload of a command's TIMEOUT result (it has exited)."""
+    limit = f"{run.timeout:g}" if run.timeout is not None else "?"
+    rc = run.status
+    if rc == -signal.SIGKILL and run.term_sent:
+        how = f"killed with SIGKILL after ignoring SIGTERM for {grace:g} s"
+    elif rc is not None and rc < 0:
+        how = f"killed with {signal.Signals(-rc).name if -rc in _SIGNALS else -rc}"
+    else:
+        how = f"stopped with SIGTERM, exit status {rc}"
+    return f"timed out after {limit} s ({how})"
+
+
+_SIGNALS = {s.value for s in signal.Signals}
 
 
 def kill(run: Running, sig: int = signal.SIGKILL) -> None:

@@ -14,8 +14,18 @@ as do all further sub-tasks of a burst. Kept sub-tasks never cost a message; the
 arguments and results are still pickled, so a task sees the same values either way.
 
 Messages with the agent (all batched):
-  in:  TASKS [specs, funcs], RESULTS [results of sub-tasks], CANCEL, SHUTDOWN
-  out: RESULTS [results], SUBMIT [sub-tasks, funcs], CREDIT [n, blocked tids, resumed tids]
+  in:  TASKS [specs, funcs], RESULTS [results of sub-tasks], CANCEL [0, tids] (drop these
+       if not started; nothing is sent for them), RETURN (drop every task not started and
+       say which: the agent drains), SHUTDOWN
+  out: RESULTS [results], SUBMIT [sub-tasks, funcs], CREDIT [n, blocked tids, resumed tids],
+       RETURN [tids]
+
+The agent sees which task runs here, and since when, in shared memory (``running_slot``:
+an int64 task id and a float64 monotonic start time at ``slot_offset``): it enforces time
+limits and stops cancelled tasks by killing this process, whatever the task is doing. The
+byte after them is the agent's "give back" flag: set when it drains, the worker looks at it
+before it starts each queued task (a message would wait behind the running task), drops its
+queue and says which tasks it dropped (RETURN), so none is both handed back and run.
 """
 
 from __future__ import annotations
@@ -39,12 +49,14 @@ import zmq
 
 from shoal._sys import set_parent_death_signal
 from shoal.agent import limits
+from shoal.agent.failures import failure_info
 from shoal.client.encode import EncodeError, Encoder
 from shoal.client.future import ShoalFuture, deliver, exception_payload
 from shoal.transport import protocol as P
 
 _dumps = pickle.dumps
 _pack_into = struct.pack_into
+_monotonic = time.monotonic
 _current: WorkerContext | None = None
 
 FLUSH_AFTER_S = 0.002     # a result waits at most this long for company before it is sent
@@ -84,7 +96,7 @@ class WorkerContext:
         self.task_of: dict[greenlet.greenlet, int] = {}
         self.blocked: set[greenlet.greenlet] = set()
         self.timers: list[tuple[float, int, greenlet.greenlet]] = []
-        self.cancelled: set[int] = set()
+        self.t0_of: dict[int, float] = {}   # agent task -> when it started (for time limits)
         # kept sub-tasks: (time kept, spec, agent task on whose behalf it runs)
         self.local: deque[tuple[float, list[Any], int]] = deque()
         self.local_tids: set[int] = set()    # kept sub-tasks started here
@@ -143,12 +155,14 @@ class WorkerContext:
                 self.queue.extend(specs)
             elif kind == P.RESULTS:
                 children = self.children
-                for tid, status, payload, *_ in msg[1]:
-                    fut = children.pop(tid, None)
+                for item in msg[1]:   # [tid, status, payload, agent, attempts]
+                    fut = children.pop(item[0], None)
                     if fut is not None:
-                        deliver(fut, status, payload)
+                        deliver(fut, item[1], item[2])
             elif kind == P.CANCEL:
-                self.cancelled.update(msg[2])
+                self._drop_queued(set(msg[2]))
+            elif kind == P.RETURN:
+                self._give_back()
             elif kind == P.SHUTDOWN:
                 self.running = False
                 return
@@ -181,6 +195,9 @@ class WorkerContext:
                     self.local_tids.add(spec[0])
                     self._start(spec, root)
                 elif self.queue:
+                    if self.running_slot is not None and self.running_slot[self.slot_offset + 16]:
+                        self._give_back()
+                        break
                     self._start(self.queue.popleft())
                 else:
                     break
@@ -189,6 +206,23 @@ class WorkerContext:
                     or time.monotonic() - self.first_unsent > FLUSH_AFTER_S
                 ):
                     self.flush()
+
+    def _give_back(self) -> None:
+        """The agent drains: drop every queued task not started and say which."""
+        if self.running_slot is not None:
+            self.running_slot[self.slot_offset + 16] = 0
+        self._send([P.RETURN, self._drop_queued(None)])
+
+    def _drop_queued(self, tids: set[int] | None) -> list[int]:
+        """Forget queued tasks not started (those in ``tids``, or all); their ids."""
+        if tids is None:
+            dropped = [s[0] for s in self.queue]
+            self.queue.clear()
+            return dropped
+        dropped = [s[0] for s in self.queue if s[0] in tids]
+        if dropped:
+            self.queue = deque(s for s in self.queue if s[0] not in tids)
+        return dropped
 
     def _export(self, older_than: float) -> None:
         """Send kept sub-tasks kept since before ``older_than`` out to the agent."""
@@ -199,26 +233,26 @@ class WorkerContext:
 
     def _start(self, spec: list[Any], root: int = 0) -> None:
         tid = spec[0]
-        if tid in self.cancelled:
-            self.cancelled.discard(tid)
-            self._result(tid, P.CANCELLED, b"")
-            return
         g = greenlet.greenlet(self._run)
         self.task_of[g] = tid
         # A kept sub-task runs on behalf of the agent's task that spawned it: if this
         # process dies now, that task is the one the agent reports lost.
         slot_tid = self.slot_of[g] = root or tid
+        t0 = _monotonic()
         slot = self.running_slot
-        if slot is not None:
-            _pack_into("q", slot, self.slot_offset, slot_tid)
-        t0 = time.perf_counter()
+        if slot is not None:  # a kept sub-task shows its root, started when the root did
+            _pack_into("qd", slot, self.slot_offset, slot_tid,
+                       self.t0_of.get(root, t0) if root else t0)
         g.switch(spec)
         if slot is not None:
             _pack_into("q", slot, self.slot_offset, 0)
-        if g.dead:  # finished without blocking: a clean run-time sample for the agent
+        if not g.dead:  # it waits on sub-tasks: remember since when it runs
+            if not root:
+                self.t0_of[tid] = t0
+        else:  # finished without blocking: a clean run-time sample for the agent
             del self.task_of[g]
             del self.slot_of[g]
-            dt = time.perf_counter() - t0
+            dt = _monotonic() - t0
             key = spec[2] if spec[1] == P.PY else -spec[2]
             st = self.stats.get(key)
             if st is None:
@@ -236,13 +270,15 @@ class WorkerContext:
                 self.events.append(-tid)
         slot = self.running_slot
         if slot is not None:
-            _pack_into("q", slot, self.slot_offset, slot_tid)
+            _pack_into("qd", slot, self.slot_offset, slot_tid,
+                       self.t0_of.get(slot_tid, time.monotonic()))
         g.switch()
         if slot is not None:
             _pack_into("q", slot, self.slot_offset, 0)
         if g.dead:
             self.task_of.pop(g, None)
-            self.slot_of.pop(g, None)
+            if self.slot_of.pop(g, None) == tid:
+                self.t0_of.pop(tid, None)
 
     def _run(self, spec: list[Any]) -> None:
         tid, kind, fid, payload = spec[0], spec[1], spec[2], spec[3]
@@ -259,7 +295,7 @@ class WorkerContext:
             if isinstance(exc, greenlet.GreenletExit):
                 raise
             tb = traceback.format_exc()
-            self._result(tid, P.ERR, exception_payload(exc, tb))
+            self._result(tid, P.ERR, exception_payload(exc, tb), failure_info(exc))
             return
         try:
             out = _dumps(value, protocol=5)
@@ -268,7 +304,7 @@ class WorkerContext:
                 out = cloudpickle.dumps(value, protocol=5)
             except Exception as exc:  # noqa: BLE001
                 err = TypeError(f"the result of the task cannot be sent back: {exc}")
-                self._result(tid, P.ERR, exception_payload(err, ""))
+                self._result(tid, P.ERR, exception_payload(err, ""), failure_info(err))
                 return
         cap = limits.max_result
         if cap is not None and len(out) > cap:  # refused here, not carried to the client
@@ -277,7 +313,7 @@ class WorkerContext:
                 what = f"{what} (a chunk of {len(value)} calls)"
             err = limits.result_too_large(what, len(out), cap)
             del out, value
-            self._result(tid, P.ERR, exception_payload(err, ""))
+            self._result(tid, P.ERR, exception_payload(err, ""), failure_info(err))
             return
         self._result(tid, P.OK, out)
 
@@ -289,7 +325,8 @@ class WorkerContext:
         self.funcs[fid] = fn
         return fn
 
-    def _result(self, tid: int, status: int, payload: bytes) -> None:
+    def _result(self, tid: int, status: int, payload: bytes,
+                info: dict[str, Any] | None = None) -> None:
         if tid in self.local_tids:  # a kept sub-task: its parent is in this process
             self.local_tids.discard(tid)
             fut = self.children.pop(tid, None)
@@ -298,7 +335,7 @@ class WorkerContext:
             return
         if not self.out_results:
             self.first_unsent = time.monotonic()
-        self.out_results.append([tid, status, payload, None])
+        self.out_results.append([tid, status, payload, None, info])
 
     # ---- sub-tasks ----------------------------------------------------------------
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> ShoalFuture:
@@ -424,6 +461,8 @@ def worker_main(endpoint: str, key: bytes, ident: bytes,
     # signal) at once, and Ctrl-C belongs to the agent, which stops its workers in order.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGCONT, signal.SIG_DFL)
+    signal.set_wakeup_fd(-1)  # the agent's signal pipe is the agent's alone
     set_parent_death_signal()
     if str(os.getppid()) != os.environ.pop("SHOAL_AGENT_PID", str(os.getppid())):
         os._exit(0)  # the agent died before the parent-death signal was armed

@@ -49,6 +49,9 @@ def add_parser(sub: Any) -> None:
     a.add_argument("--max-result", metavar="SIZE", help=limits.RESULT_HELP)
     a.add_argument("--bundle", metavar="ROOT", help=BUNDLE_HELP + "; workers import ROOT/app "
                    "(tier 3) instead of the current directory when it is there")
+    from shoal.agent.__main__ import add_failure_options
+
+    add_failure_options(a)
     a.set_defaults(func=agent_command)
 
 
@@ -149,9 +152,12 @@ def head_command(args: argparse.Namespace) -> int:
 
 
 def agent_command(args: argparse.Namespace) -> int:
+    from shoal.agent.__main__ import failure_kwargs
+
     try:
         limits.check_counts(args.slots, args.workers)
         caps = limits.from_args(args.max_output, args.max_result)
+        extra = failure_kwargs(args, os.path.abspath(args.connect))
     except ValueError as exc:
         print(f"shoal agent: {exc}", file=sys.stderr)
         return 2
@@ -161,7 +167,9 @@ def agent_command(args: argparse.Namespace) -> int:
             "--connect", os.path.abspath(args.connect), *_opt("--slots", args.slots),
             *_opt("--workers", args.workers), *_opt("--name", args.name),
             *_opt("--max-output", args.max_output), *_opt("--max-result", args.max_result),
-            "--bundle", args.bundle])
+            "--bundle", args.bundle,
+            *_opt("--walltime", args.walltime), "--drain-timeout", str(args.drain_timeout),
+            "--reconnect", str(args.reconnect), "--kill-grace", str(args.kill_grace)])
         if err:
             print(f"shoal agent: {err}", file=sys.stderr)
             return 2
@@ -178,8 +186,6 @@ def agent_command(args: argparse.Namespace) -> int:
         print(f"shoal agent: {exc}", file=sys.stderr)
         return 2
     agent = Agent(conn.address, conn.key, slots=args.slots, workers=args.workers, name=args.name,
-                  sys_path=sys_path)
-
-    stop_on_signals(agent)
-    agent.run()
-    return 0
+                  sys_path=sys_path, **extra)  # type: ignore[arg-type]
+    agent.run()  # SIGTERM drains, a second one (or SIGINT) stops at once
+    return agent.exit_code

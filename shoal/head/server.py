@@ -186,8 +186,9 @@ class Head:
             self._cancel_seq += 1
             key = self._cancel_seq
             self._cancels[key] = [ident, req, done, set(on_agents), time.monotonic()]
+            queued_only = bool(len(msg) > 3 and msg[3])
             for agent, agent_tids in on_agents.items():
-                self._send(agent, [P.CANCEL, key, agent_tids])
+                self._send(agent, [P.CANCEL, key, agent_tids, queued_only])
         elif kind == P.STATS:
             self._send(ident, [P.STATS, msg[1], self.stats()])
         elif kind == P.AGENTS:

@@ -71,7 +71,9 @@ SUBMIT = 3         # client/agent -> head: [SUBMIT, tasks, funcs]
 TASKS = 4          # head -> agent / agent -> worker: [TASKS, tasks, funcs]
 RESULTS = 5        # back along the path: [RESULTS, results]
 CREDIT = 6         # agent -> head / worker -> agent: [CREDIT, n, blocked_delta]
-CANCEL = 7         # client -> head -> agent: [CANCEL, tids]
+CANCEL = 7         # client -> head: [CANCEL, req, tids, queued_only]; head -> agent:
+                   #   [CANCEL, key, tids, queued_only] (0 key: the owner is gone, stop them);
+                   #   without queued_only running tasks are stopped too
 BYE = 8            # orderly leave: [BYE, reason]
 SHUTDOWN = 9       # head -> agents, agent -> workers: stop now
 HEARTBEAT = 10     # liveness both ways: [HEARTBEAT]
