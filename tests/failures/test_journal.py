@@ -87,3 +87,64 @@ def _rundirs(pids) -> set[str]:
             if os.path.basename(os.path.dirname(path)).startswith("shoal-run-"):
                 out.add(os.path.dirname(path))
     return out
+
+
+PROG = '''
+import os, sys, time
+from shoal import futures
+
+LEDGER = sys.argv[1]
+
+def task(i):
+    fd = os.open(LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(fd, f"{i} {time.time():.6f}\\\\n".encode())
+    os.close(fd)
+    time.sleep(0.2)
+    return i * i
+
+if __name__ == "__main__":
+    results = list(futures.map(task, range(%d)))
+    assert results == [i * i for i in range(%d)], results
+    print("all", len(results), flush=True)
+'''
+
+
+def test_killed_python_program_resumes_from_its_journal(make_cluster, tracker, tmp_path):
+    # python -m shoal --journal J prog.py, kill -9 of the whole run, then the same again:
+    # every result comes back (those finished before from the journal, not run again)
+    n = 30
+    c = make_cluster(heartbeat_timeout=None)
+    prog = tmp_path / "prog.py"
+    prog.write_text(PROG % (n, n))
+    ledger = tmp_path / "ran.txt"
+    journal = tmp_path / "prog.db"
+
+    def start(k):
+        p = c._start("client", f"prog-{k}", [PY, "-m", "shoal", "-n", "2", "--journal",
+                                            str(journal), str(prog), str(ledger)])
+        c.clients.append(p)
+        return p
+
+    first = start(0)
+    wait_for(lambda: len(Ledger(str(ledger)).lines()) >= n // 3 + 2, 120, 0.02,
+             f"{n // 3} tasks done")
+    tree = [first.pid, *descendants(first.pid)]
+    rundirs = _rundirs(tree)
+    freeze_and_kill(tree)
+    first.wait(10)
+    t_kill = time.time()
+    before = _rows(ledger)
+    assert len(before) < n, "the kill came too late to test a resume"
+    assert not tracker.leftovers(wait=5), "a killed run left processes behind"
+    for d in rundirs:
+        shutil.rmtree(d, ignore_errors=True)
+    second = start(1)
+    assert second.wait(120) == 0, second.output()
+    assert f"all {n}" in second.output()
+    counts = collections.Counter(i for i, _ in _rows(ledger))
+    assert set(counts) == set(range(n))
+    # a task that ran before the kill and ran again: only those still running at the kill
+    # (started within its last 0.2 s + JOURNAL_LAG)
+    again = {i for i, c_ in counts.items() if c_ > 1}
+    recent = {i for i, t in before if t >= t_kill - 0.2 - JOURNAL_LAG - 0.5}
+    assert again <= recent, sorted(again - recent)
