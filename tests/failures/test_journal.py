@@ -97,7 +97,7 @@ LEDGER = sys.argv[1]
 
 def task(i):
     fd = os.open(LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.write(fd, f"{i} {time.time():.6f}\\\\n".encode())
+    os.write(fd, f"{i} {time.time():.6f}\\n".encode())
     os.close(fd)
     time.sleep(0.2)
     return i * i
