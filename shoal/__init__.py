@@ -25,13 +25,15 @@ _WHERE = {
     "CommandResult": "shoal.client.command",
     "DependencyError": "shoal.client.future",
     "Executor": "shoal.client.executor",
-    "ExecutorError": "shoal.client.executor",
+    "ExecutorError": "shoal.client.future",
     "AgentInfo": "shoal.client.executor",
+    "HeadLost": "shoal.client.future",
     "RemoteError": "shoal.client.future",
     "RemoteTraceback": "shoal.client.future",
     "ShoalFuture": "shoal.client.future",
     "TaskError": "shoal.client.future",
     "TaskLost": "shoal.client.future",
+    "TaskTimeout": "shoal.client.future",
     "as_completed": "shoal.client.waiting",
     "wait": "shoal.client.waiting",
 }
@@ -56,13 +58,16 @@ if TYPE_CHECKING:  # for type checkers and IDEs
     from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION  # noqa: F401
 
     from shoal.client.command import Command, CommandError, CommandResult  # noqa: F401
-    from shoal.client.executor import AgentInfo, Executor, ExecutorError  # noqa: F401
+    from shoal.client.executor import AgentInfo, Executor  # noqa: F401
     from shoal.client.future import (  # noqa: F401
         DependencyError,
+        ExecutorError,
+        HeadLost,
         RemoteError,
         RemoteTraceback,
         ShoalFuture,
         TaskError,
         TaskLost,
+        TaskTimeout,
     )
     from shoal.client.waiting import as_completed, wait  # noqa: F401

@@ -1,4 +1,4 @@
-"""``python -m shoal [-n WORKERS] prog.py ARGS``: run an unmodified program on shoal.
+"""``python -m shoal [-n WORKERS] [--journal FILE] prog.py ARGS``: run an unmodified program on shoal.
 
 The program runs as ``__main__`` in this process; its ``shoal.futures`` calls go to a
 runtime started here (the embedded local default, or ``--connect FILE``). ``python -m
@@ -29,6 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--connect", metavar="FILE", help="join a running head instead")
     ap.add_argument("--schedule", choices=("dynamic", "static"), default="dynamic")
     ap.add_argument("--prefetch", type=int, default=1)
+    ap.add_argument("--retries", type=int, default=0, metavar="N",
+                    help="run a failed task again up to N times (Executor(retries=N))")
+    ap.add_argument("--timeout", type=float, metavar="SECONDS",
+                    help="time limit of every task's attempt (Executor(task_timeout=...))")
+    ap.add_argument("--journal", metavar="FILE",
+                    help="record finished tasks in FILE (SQLite); running the same program again "
+                         "takes their results from it instead of running them")
     ap.add_argument("program", help="the Python program to run")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     args = ap.parse_args(argv)
@@ -36,13 +43,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"shoal: program {args.program!r} not found", file=sys.stderr)
         return 2
     from shoal import futures
-    from shoal.client.executor import Executor
+    from shoal.client.executor import Executor, ExecutorError, HeadLost
 
     if args.workers is not None and args.workers < 1:
         print("shoal: -n must be at least 1", file=sys.stderr)
         return 2
-    ex = Executor(args.workers, schedule=args.schedule, prefetch=args.prefetch,
-                  connect=args.connect)
+    try:
+        ex = Executor(args.workers, schedule=args.schedule, prefetch=args.prefetch,
+                      connect=args.connect, retries=args.retries, task_timeout=args.timeout,
+                      journal=args.journal)
+    except ValueError as exc:
+        print(f"shoal: {exc}", file=sys.stderr)
+        return 2
+    except ExecutorError as exc:
+        print(f"shoal: {exc}", file=sys.stderr)
+        return 3
     futures.set_executor(ex)
     sys.argv = [args.program, *args.args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(args.program)))
@@ -56,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         code = 130
         ex.shutdown(wait=False, cancel_futures=True)
+    except HeadLost as exc:  # the run is gone, not the program's bug: one line, as shoal run
+        print(f"shoal: {str(exc).splitlines()[0]}", file=sys.stderr)
+        code = 3
     finally:
         futures.set_executor(None)
         ex.shutdown(wait=code == 0, cancel_futures=code != 0)

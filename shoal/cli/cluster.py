@@ -38,6 +38,9 @@ def add_parser(sub: Any) -> None:
     h.add_argument("--crash-limit", type=int, default=3, metavar="N",
                    help="a task lost this many times in a row fails with TaskLost (default 3)")
     h.add_argument("--bundle", metavar="ROOT", help=BUNDLE_HELP)
+    h.add_argument("--journal", metavar="FILE",
+                   help="SQLite journal of keyed tasks: a head restarted on the same file answers "
+                        "the tasks that finished OK from it (docs/journal.md)")
     h.set_defaults(func=head_command)
 
     a = sub.add_parser("agent", help="join a head as this node's agent")
@@ -118,18 +121,21 @@ def head_command(args: argparse.Namespace) -> int:
         err = run_from_bundle("head", args.bundle, [
             "--connection-file", os.path.abspath(args.connection_file), "--bind", args.bind,
             *_opt("--host", args.host), "--prefetch", str(args.prefetch), "--bundle", args.bundle,
-            *_opt("--heartbeat-timeout", args.heartbeat_timeout), "--crash-limit", str(args.crash_limit)])
+            *_opt("--heartbeat-timeout", args.heartbeat_timeout), "--crash-limit", str(args.crash_limit),
+            *_opt("--journal", args.journal and os.path.abspath(args.journal))])
         if err:
             print(f"shoal head: {err}", file=sys.stderr)
             return 2
+    from shoal.head.journal import JournalError
     from shoal.head.server import Head
 
     logging.basicConfig(level=logging.INFO, format="shoal head: %(message)s")
     conn = Connection.new(args.bind)
     try:
         head = Head(conn, bind=args.bind, prefetch=args.prefetch,
-                    heartbeat_timeout=args.heartbeat_timeout, crash_limit=args.crash_limit)
-    except ValueError as exc:
+                    heartbeat_timeout=args.heartbeat_timeout, crash_limit=args.crash_limit,
+                    journal=args.journal)
+    except (ValueError, JournalError) as exc:
         print(f"shoal head: {exc}", file=sys.stderr)
         return 2
     endpoint = head.address

@@ -113,6 +113,15 @@ def add_parser(sub: Any) -> None:
                      help="let commands write straight to this terminal (interleaved)")
     out.add_argument("--discard-output", action="store_true", help="discard command output")
     p.add_argument("--connect", metavar="FILE", help="run on a running head (shoal head)")
+    p.add_argument("--retries", type=int, default=0, metavar="N",
+                   help="run a failed command (non-zero exit, lost, timed out) again up to N "
+                        "times, with backoff (default 0)")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="kill a command that runs longer (SIGTERM to its process group, then "
+                        "SIGKILL); it fails, or is retried")
+    p.add_argument("--journal", metavar="FILE",
+                   help="record finished lines in FILE (SQLite); the same command again after a "
+                        "crash skips them (a line is its number and text)")
     p.add_argument("--progress", dest="progress", action="store_true", default=None,
                    help="show the live progress bar even when stderr is not a terminal")
     p.add_argument("--no-progress", dest="progress", action="store_false")
@@ -138,6 +147,15 @@ def run_command(args: argparse.Namespace) -> int:
     if args.slots is not None and args.cores_per_task > args.slots:
         _say(f"--cores-per-task {args.cores_per_task} exceeds -j {args.slots}")
         return 2
+    if args.retries < 0:
+        _say(f"--retries must be at least 0, not {args.retries}")
+        return 2
+    if args.timeout is not None and not (args.timeout > 0 and args.timeout != float("inf")):
+        _say(f"--timeout must be a number of seconds > 0, not {args.timeout}")
+        return 2
+    if args.connect and args.journal:
+        _say("--journal belongs to the head when joining one: give it to `shoal head --journal`")
+        return 2
     items = list(parse_taskfile(data, args.taskfile))
     bad = [i for i in items if isinstance(i, BadLine)]
     lines = [i for i in items if isinstance(i, Line)]
@@ -158,13 +176,21 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine], er
         TimeRemainingColumn,
     )
 
-    from shoal import Command, Executor, as_completed
+    from shoal import Command, Executor, ExecutorError, HeadLost, as_completed
+    from shoal.client.options import line_key
 
     show_progress = sys.stderr.isatty() if args.progress is None else args.progress
-    if args.connect:
-        ex = Executor(connect=args.connect)
-    else:
-        ex = Executor(workers=0, slots=args.slots or os.cpu_count() or 1)
+    policy: dict[str, Any] = {"retries": args.retries, "task_timeout": args.timeout}
+    journal = args.journal
+    try:
+        if args.connect:
+            ex = Executor(connect=args.connect, **policy)
+        else:
+            ex = Executor(workers=0, slots=args.slots or os.cpu_count() or 1, journal=journal,
+                          **policy)
+    except ExecutorError as exc:
+        _say(str(exc))
+        return 3
     slots = max(1, ex.slots)
     t0 = time.monotonic()
     failed: list[tuple[Line, str]] = []
@@ -182,7 +208,10 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine], er
             else:
                 stdout = stderr = "capture"
             cmd = Command(line.text, stdout=stdout, stderr=stderr, cores=args.cores_per_task)
-            by_future[ex.submit(cmd)] = line
+            if ex.journal_keys:  # the line's identity in the journal: its number and text
+                by_future[ex.options(key=line_key(line.number, line.text)).submit(cmd)] = line
+            else:
+                by_future[ex.submit(cmd)] = line
         progress = Progress(
             TextColumn("[bold]shoal run"), BarColumn(), MofNCompleteColumn(),
             TextColumn("running {task.fields[running]}  failed {task.fields[failed]}"),
@@ -197,6 +226,8 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine], er
                 done += 1
                 try:
                     res = fut.result()
+                except HeadLost:
+                    raise
                 except Exception as exc:  # noqa: BLE001 - a task's failure is reported, not fatal
                     failed.append((line, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
                 else:
@@ -215,6 +246,9 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine], er
         ex.shutdown(wait=False, cancel_futures=True)
         ex._terminate()
         return 130
+    except HeadLost as exc:
+        _say(str(exc).splitlines()[0])
+        return 3
     finally:
         ex.shutdown(wait=False, cancel_futures=True)
         ex._terminate()

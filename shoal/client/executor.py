@@ -3,6 +3,11 @@
 ``submit`` only encodes the call and appends it to a pending list; one I/O thread per
 executor sends everything pending as one SUBMIT message and resolves futures from
 RESULTS messages, so neither direction costs a round trip or a message per task.
+
+The I/O thread also keeps the head in sight: it sends HEARTBEAT when it sent nothing
+for ``heartbeat_s`` (from WELCOME), and when the head is silent past ``timeout_s`` (or,
+for the local default, its process exits) every pending future fails with
+:class:`HeadLost`, as does every later submit.
 """
 
 from __future__ import annotations
@@ -13,7 +18,6 @@ import dataclasses
 import itertools
 import math
 import os
-import socket
 import threading
 import time
 import weakref
@@ -22,20 +26,21 @@ from typing import Any
 
 import zmq
 
+from shoal.client import options as O
 from shoal.client.command import Command
 from shoal.client.encode import EncodeError, Encoder
-from shoal.client.future import ShoalFuture, deliver
+from shoal.client.future import ExecutorError, HeadLost, ShoalFuture, deliver, wake
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
 
+__all__ = ["AgentInfo", "Executor", "ExecutorError", "HeadLost"]
+
 SCHEDULES = ("dynamic", "static")
-HEAD_SILENCE_S = 30.0
+HEARTBEAT_S = 1.0   # until WELCOME says otherwise (see protocol: Liveness)
+TIMEOUT_S = 8.0
+_NO_DEPS: list[int] = []  # shared by every task without dependencies: never mutated
 
 _live: weakref.WeakSet[Executor] = weakref.WeakSet()
-
-
-class ExecutorError(RuntimeError):
-    """The runtime behind an executor failed (the head stopped or cannot be reached)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +67,17 @@ class Executor(cf.Executor):
         ``map`` is split into contiguous blocks, one per slot, up front).
     :param prefetch: tasks queued per slot beyond the one running (dynamic schedule).
     :param connect: path of a connection file written by ``shoal head``.
+    :param retries: extra attempts of every task whose attempt failed (an exception, a
+        non-zero exit with ``check``, lost, timed out); :meth:`options` overrides it.
+    :param task_timeout: seconds one attempt of every task may run before it is killed
+        and fails with :class:`TaskTimeout` (or is retried); :meth:`options` overrides it.
+    :param heartbeat_timeout: seconds of silence after which the local head declares a
+        peer lost (default 8); the head's ``--heartbeat-timeout`` in connect mode.
+    :param crash_limit: attempts in a row that may kill their worker or agent before the
+        task fails with :class:`TaskLost` (default 3); the head's ``--crash-limit``.
+    :param journal: SQLite file of the local head's journal: a rerun of the same program
+        skips the tasks it finished and takes their results from it (every task gets a
+        key, see :mod:`shoal.client.options`); the head's ``--journal`` in connect mode.
     """
 
     def __init__(
@@ -73,17 +89,42 @@ class Executor(cf.Executor):
         prefetch: int = 1,
         connect: str | None = None,
         start_timeout: float = 60.0,
+        retries: int = 0,
+        task_timeout: float | None = None,
+        heartbeat_timeout: float | None = None,
+        crash_limit: int | None = None,
+        journal: str | os.PathLike[str] | None = None,
     ) -> None:
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, not {schedule!r}")
         if workers is not None and workers < 0:
             raise ValueError("workers must be >= 0")
+        self._opts = O.task_opts(O.retries_value(retries), None,
+                                 None if task_timeout is None else O.timeout_value(task_timeout, "task_timeout"))
+        if heartbeat_timeout is not None:
+            O.timeout_value(heartbeat_timeout, "heartbeat_timeout")
+        if crash_limit is not None and (isinstance(crash_limit, bool) or not isinstance(crash_limit, int)
+                                        or crash_limit < 1):
+            raise ValueError(f"crash_limit must be an int >= 1, not {crash_limit!r}")
+        if journal is not None:
+            journal = os.fspath(journal)
+            if not journal:
+                raise ValueError("journal must be a file path, not ''")
+        if connect is not None:
+            given = [f"{name}=" for name, v in (("heartbeat_timeout", heartbeat_timeout),
+                                                ("crash_limit", crash_limit), ("journal", journal))
+                     if v is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} set the head's policy: with connect=, give them "
+                                 "to `shoal head` (--heartbeat-timeout, --crash-limit, --journal)")
         self._static = schedule == "static"
         self._cluster = None
         if connect is None:
             from shoal.launch.local import LocalCluster
 
-            self._cluster = LocalCluster(workers=workers, slots=slots, prefetch=prefetch)
+            self._cluster = LocalCluster(workers=workers, slots=slots, prefetch=prefetch,
+                                         heartbeat_timeout=heartbeat_timeout,
+                                         crash_limit=crash_limit, journal=journal)
             conn = self._cluster.connection
             self._slots = self._cluster.slots
         else:
@@ -92,6 +133,7 @@ class Executor(cf.Executor):
         self._conn = conn
         self._codec = P.Codec(conn.key)
         self._lock = threading.Lock()
+        self._fcond = threading.Condition(threading.RLock())  # shared by all our futures
         self._pending: list[list[Any]] = []
         self._pending_static: list[list[Any]] = []
         self._futures: dict[int, ShoalFuture] = {}
@@ -99,12 +141,16 @@ class Executor(cf.Executor):
         self._requests: list[tuple[list[Any], threading.Event, list[Any]]] = []
         self._req_ids = itertools.count(1)
         self._waiting_replies: dict[int, tuple[threading.Event, list[Any]]] = {}
+        self._keys: O.KeyCounter | None = O.KeyCounter() if journal is not None else None
+        self._heartbeat_s = HEARTBEAT_S
+        self._timeout_s = TIMEOUT_S
         self._shutdown = False
         self._closed = False
         self._error: BaseException | None = None
         self._io_sleeping = False
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._welcome = threading.Event()
+        self._terminated = threading.Event()
         self._encoder: Encoder | None = None
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.DEALER)
@@ -129,7 +175,7 @@ class Executor(cf.Executor):
     # ---- public API ---------------------------------------------------------------------
     def submit(self, fn: Callable[..., Any] | Command, /, *args: Any, **kwargs: Any) -> ShoalFuture:
         """Schedule ``fn(*args, **kwargs)`` (or a :class:`Command`); returns its future."""
-        return self._submit(fn, args, kwargs, (), 1, None)
+        return self._submit(fn, args, kwargs, (), 1, None, self._opts, None)
 
     def map(
         self,
@@ -143,7 +189,7 @@ class Executor(cf.Executor):
         ``chunksize=None`` groups items so each slot gets about four chunks (what
         ``multiprocessing.Pool.map`` does); ``chunksize=1`` sends one task per item.
         """
-        return self._map(fn, iterables, timeout, chunksize, (), 1, None)
+        return self._map(fn, iterables, timeout, chunksize, (), 1, None, self._opts)
 
     def options(
         self,
@@ -152,6 +198,10 @@ class Executor(cf.Executor):
         cores: int = 1,
         agent: str | None = None,
         prefer: str | None = None,
+        retries: int | None = None,
+        retry_on: type[BaseException] | Sequence[type[BaseException]] | None = None,
+        timeout: float | None = None,
+        key: str | None = None,
     ) -> _Options:
         """Submit with options: ``ex.options(after=[f1, f2], cores=2).submit(fn, x)``.
 
@@ -161,11 +211,27 @@ class Executor(cf.Executor):
         fails if no such agent is connected and is lost if it leaves.
         ``prefer``: run on that agent when it has room, elsewhere only when another
         agent would otherwise idle (e.g. the node that holds the task's input files).
+        ``retries``: extra attempts after a failed one (default: the executor's
+        ``retries``), with backoff; the final error notes every attempt.
+        ``retry_on``: exception classes that are retried (others fail at once; lost and
+        timed-out attempts are always retried while retries are left).
+        ``timeout``: seconds one attempt may run (default: the executor's
+        ``task_timeout``); past it the attempt is killed and fails with :class:`TaskTimeout`.
+        ``key``: the task's identity in the journal (default: derived from the call, see
+        :mod:`shoal.client.options`); give it to ``submit``, it names one task.
         """
         if agent is not None and prefer is not None:
             raise ValueError("give agent= or prefer=, not both")
         place = [agent, True] if agent is not None else [prefer, False] if prefer is not None else None
-        return _Options(self, tuple(after), cores, place)
+        default = self._opts or {}
+        opts = O.task_opts(
+            default.get("retries", 0) if retries is None else O.retries_value(retries),
+            retry_on,
+            default.get("timeout") if timeout is None else O.timeout_value(timeout),
+        )
+        if key is not None:
+            O.task_opts(None, None, None, key)  # validates
+        return _Options(self, tuple(after), cores, place, opts, key)
 
     def agents(self, timeout: float = 10.0) -> list[AgentInfo]:
         """The agents connected to the head now (one per node), in the order they joined."""
@@ -193,16 +259,15 @@ class Executor(cf.Executor):
             self._shutdown = True
         if cancel_futures:
             futs = [f for f in list(self._futures.values()) if not f.done()]
-            if futs:
-                self._cancel(futs)
+            if futs:  # as concurrent.futures does: what already runs finishes
+                self._cancel(futs, queued_only=True)
                 for f in futs:
-                    if f._state == "PENDING" and f.tid not in self._futures:
-                        cf.Future.cancel(f)
-                        f.set_running_or_notify_cancel()
+                    if f.tid not in self._futures:
+                        f._settle(None, None, cancelled=True)
         if wait:
             outstanding = [f for f in list(self._futures.values()) if not f.done()]
             if outstanding:
-                cf.wait(outstanding)
+                _wait_all(outstanding)
             self._terminate()
         else:
             threading.Thread(target=self._finish_later, daemon=True).start()
@@ -212,14 +277,21 @@ class Executor(cf.Executor):
         return self._request([P.STATS], timeout)[0]
 
     @property
+    def journal_keys(self) -> bool:
+        """True when tasks carry journal keys: this run has a journal (``journal=``, or a
+        ``shoal head --journal`` that said so when this executor joined)."""
+        return self._keys is not None
+
+    @property
     def slots(self) -> int:
         """Cores known to the head when this executor joined (or of the local agent)."""
         return self._slots
 
     # ---- submission internals -------------------------------------------------------------
     def _submit(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-                after: tuple[cf.Future, ...], cores: int, place: list[Any] | None) -> ShoalFuture:
-        deps, failed = _dep_ids(self, after)
+                after: tuple[cf.Future, ...], cores: int, place: list[Any] | None,
+                opts: dict[str, Any] | None, key: str | None) -> ShoalFuture:
+        deps, failed = _dep_ids(self, after) if after else (_NO_DEPS, None)
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
@@ -237,35 +309,48 @@ class Executor(cf.Executor):
                 fut = ShoalFuture(enc.next_tid(), self)
                 fut.set_exception(exc)
                 return fut
-            fut = ShoalFuture(spec[0], self)
+            tid = spec[0]
+            fut = ShoalFuture(tid, self)
             if failed is not None:
                 fut.set_exception(failed)
                 return fut
-            if place is not None:
+            if key is None and self._keys is not None:
+                key = self._keys.key(_command_base(fn) if isinstance(fn, Command)
+                                     else f"{O.qualified_name(fn)}:{O.digest(spec[3])}")
+            if key is not None:
+                opts = O.with_key(opts, key)
+            if opts is not None:
+                spec += (place, opts)
+            elif place is not None:
                 spec.append(place)
-            self._futures[spec[0]] = fut
+            self._futures[tid] = fut
             (self._pending_static if self._static else self._pending).append(spec)
-            wake = self._io_sleeping
+            wake_io = self._io_sleeping
             self._io_sleeping = False
-        if wake:
+        if wake_io:
             os.eventfd_write(self._efd, 1)
         return fut
 
     def _map(self, fn: Callable[..., Any], iterables: tuple[Iterable[Any], ...],
              timeout: float | None, chunksize: int | None,
-             after: tuple[cf.Future, ...], cores: int, place: list[Any] | None) -> Iterator[Any]:
+             after: tuple[cf.Future, ...], cores: int, place: list[Any] | None,
+             opts: dict[str, Any] | None) -> Iterator[Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
         items = list(zip(*iterables, strict=False))
         if chunksize is None:
             chunksize = max(1, math.ceil(len(items) / (4 * max(1, self._slots))))
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1")
-        deps, failed = _dep_ids(self, after)
+        deps, failed = _dep_ids(self, after) if after else (_NO_DEPS, None)
         futs: list[ShoalFuture] = []
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
+            if self._error is not None:
+                raise self._error
             enc = self._encoder
+            keys = self._keys
+            name = O.qualified_name(fn) if keys is not None else ""
             out = self._pending_static if self._static else self._pending
             for start in range(0, len(items), chunksize):
                 part = items[start : start + chunksize]
@@ -281,7 +366,12 @@ class Executor(cf.Executor):
                     futs.append(fut)
                     continue
                 fut = ShoalFuture(spec[0], self)
-                if place is not None:
+                task_opts = opts
+                if keys is not None:
+                    task_opts = O.with_key(opts, keys.key(f"{name}:{O.digest(spec[3])}"))
+                if task_opts is not None:
+                    spec += (place, task_opts)
+                elif place is not None:
                     spec.append(place)
                 if failed is not None:
                     fut.set_exception(failed)
@@ -289,14 +379,17 @@ class Executor(cf.Executor):
                     self._futures[spec[0]] = fut
                     out.append(spec)
                 futs.append(fut)
-            wake = self._io_sleeping
+            wake_io = self._io_sleeping
             self._io_sleeping = False
-        if wake:
+        if wake_io:
             os.eventfd_write(self._efd, 1)
         return _results(futs, deadline, chunksize > 1)
 
     # ---- owner hooks used by ShoalFuture ----------------------------------------------------
-    def _cancel(self, futs: list[ShoalFuture]) -> bool:
+    def _cancel(self, futs: list[ShoalFuture], queued_only: bool = False) -> bool:
+        """Drop the tasks of ``futs``: those not sent yet here, the others through the
+        head (which stops them where they run, unless ``queued_only``). True when the head
+        says it stopped or dropped them (for one future: that one; for many: at least one)."""
         tids = {f.tid for f in futs}
         with self._lock:
             kept = [s for s in self._pending if s[0] not in tids]
@@ -308,7 +401,8 @@ class Executor(cf.Executor):
                 self._futures.pop(t, None)
             return True
         try:
-            done = set(self._request([P.CANCEL, None, sorted(tids)], 10.0)[0])
+            msg = [P.CANCEL, None, sorted(tids), True] if queued_only else [P.CANCEL, None, sorted(tids)]
+            done = set(self._request(msg, 30.0)[0])
         except ExecutorError:
             return False
         for t in done:
@@ -321,6 +415,8 @@ class Executor(cf.Executor):
         ev = threading.Event()
         box: list[Any] = []
         with self._lock:
+            if self._error is not None:
+                raise self._error
             if self._closed:
                 raise ExecutorError("executor is shut down")
             self._requests.append((msg, ev, box))
@@ -337,10 +433,18 @@ class Executor(cf.Executor):
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(efd, zmq.POLLIN)
-        sock.send_multipart(codec.encode([P.HELLO, "client", {"pid": os.getpid(),
-                                                               "host": socket.gethostname()}]))
-        last_heard = last_beat = time.monotonic()
+        watch = self._cluster.watch_fds() if self._cluster is not None else {}
+        for fd in watch:
+            poller.register(fd, zmq.POLLIN)
+        send = sock.send_multipart
+        send(codec.encode([P.HELLO, "client", {"pid": os.getpid()}]))
+        now = time.monotonic()
+        last_heard = last_sent = now
+        beat, silence = self._heartbeat_s, self._timeout_s
+        next_check = now + beat
+        welcomed = False
         futures = self._futures
+        fcond = self._fcond
         try:
             while True:
                 with self._lock:
@@ -352,21 +456,22 @@ class Executor(cf.Executor):
                     if idle:
                         self._io_sleeping = True
                     closing = self._closed
-                if batch:
-                    sock.send_multipart(codec.encode([P.SUBMIT, batch, funcs, 0]), copy=False)
-                    funcs = None
-                if sbatch:
-                    sock.send_multipart(codec.encode([P.SUBMIT, sbatch, funcs or {}, 1]), copy=False)
-                for msg, ev, box in reqs:
-                    rid = next(self._req_ids)
-                    self._waiting_replies[rid] = (ev, box)
-                    sock.send_multipart(codec.encode([msg[0], rid, *msg[2:]]))
+                if not idle:
+                    if batch:
+                        send(codec.encode([P.SUBMIT, batch, funcs, 0]), copy=False)
+                        funcs = None
+                    if sbatch:
+                        send(codec.encode([P.SUBMIT, sbatch, funcs or {}, 1]), copy=False)
+                    for msg, ev, box in reqs:
+                        rid = next(self._req_ids)
+                        self._waiting_replies[rid] = (ev, box)
+                        send(codec.encode([msg[0], rid, *msg[2:]]))
+                    last_sent = time.monotonic()
+                    del batch, sbatch  # the specs are sent: free them now, not next round
                 if closing:
                     return
-                events = dict(poller.poll(500 if idle else 0))
-                if idle and time.monotonic() - last_beat >= 0.5:  # the head must hear us
-                    last_beat = time.monotonic()
-                    sock.send_multipart(codec.encode([P.HEARTBEAT]))
+                wait_ms = max(0, int((next_check - time.monotonic()) * 1000) + 1) if idle else 0
+                events = dict(poller.poll(wait_ms))
                 if efd in events:
                     try:
                         os.eventfd_read(efd)
@@ -388,32 +493,51 @@ class Executor(cf.Executor):
                         kind = msg[0]
                         if kind == P.RESULTS:
                             pop = futures.pop
-                            for tid, status, payload, agent_num, *_ in msg[1]:
-                                fut = pop(tid, None)
+                            for r in msg[1]:
+                                fut = pop(r[0], None)
                                 if fut is not None:
-                                    if agent_num:
-                                        fut._agent_num = agent_num
-                                    deliver(fut, status, payload)
+                                    if r[3]:
+                                        fut._agent_num = r[3]
+                                    deliver(fut, r[1], r[2], r[4] if len(r) > 4 else None,
+                                            notify=False)
+                            wake(fcond)  # once per message, not per future
                         elif kind in (P.CANCEL, P.STATS, P.AGENTS):
                             waiter = self._waiting_replies.pop(msg[1], None)
                             if waiter is not None:
                                 waiter[1].append(msg[2])
                                 waiter[0].set()
                         elif kind == P.WELCOME:
-                            self._encoder = Encoder(msg[1]["origin"])
+                            info = msg[1]
+                            self._encoder = Encoder(info["origin"])
                             if not self._slots:
-                                self._slots = int(msg[1].get("slots") or 0)
+                                self._slots = int(info.get("slots") or 0)
+                            beat = self._heartbeat_s = float(info.get("heartbeat_s") or HEARTBEAT_S)
+                            silence = self._timeout_s = float(info.get("timeout_s") or TIMEOUT_S)
+                            next_check = min(next_check, time.monotonic() + beat)
+                            if info.get("journal") and self._keys is None:
+                                self._keys = O.KeyCounter()  # a `shoal head --journal` run
+                            welcomed = True
                             self._welcome.set()
                         elif kind == P.SHUTDOWN:
-                            self._fail_all(ExecutorError("the head shut down"))
+                            self._fail_all(HeadLost(f"lost the head at {self._conn.address}: it shut down"))
                             return
-                elif time.monotonic() - last_heard > HEAD_SILENCE_S:
-                    self._fail_all(ExecutorError(
-                        f"lost the head at {self._conn.address}: silent for {HEAD_SILENCE_S:.0f} s"))
-                    return
-                if self._cluster is not None and idle and not self._cluster.alive():
-                    self._fail_all(ExecutorError(f"the local runtime stopped: {self._cluster.why()}"))
-                    return
+                now = time.monotonic()
+                if watch and any(fd in events for fd in watch) or now >= next_check:
+                    next_check = now + min(beat, 0.5)
+                    why = self._cluster.dead() if self._cluster is not None else None
+                    if why is not None:
+                        self._fail_all(why)
+                        self._cluster.abort()
+                        return
+                    if welcomed and now - last_heard > silence:
+                        self._fail_all(HeadLost(f"lost the head at {self._conn.address}: "
+                                                f"silent for {now - last_heard:.0f} s"))
+                        if self._cluster is not None:  # ours, and of no more use
+                            self._cluster.abort()
+                        return
+                    if now - last_sent >= beat:
+                        send(codec.encode([P.HEARTBEAT]))
+                        last_sent = now
         except zmq.ZMQError as exc:
             if not self._closed:
                 self._fail_all(ExecutorError(f"transport failed: {exc}"))
@@ -422,14 +546,15 @@ class Executor(cf.Executor):
 
     def _fail_all(self, exc: BaseException) -> None:
         with self._lock:
-            self._error = exc
+            if self._error is None:
+                self._error = exc
             futs = list(self._futures.values())
             self._futures.clear()
             reqs = list(self._waiting_replies.values())
             self._waiting_replies.clear()
         for f in futs:
-            if f._state == "PENDING":
-                f.set_exception(exc)
+            f._settle(None, exc, notify=False)
+        wake(self._fcond)
         for ev, box in reqs:
             box.append(exc)
             ev.set()
@@ -437,14 +562,22 @@ class Executor(cf.Executor):
     def _finish_later(self) -> None:
         outstanding = [f for f in list(self._futures.values()) if not f.done()]
         if outstanding:
-            cf.wait(outstanding)
+            _wait_all(outstanding)
         self._terminate()
 
     def _terminate(self) -> None:
         with self._lock:
-            if self._closed:
-                return
+            first = not self._closed
             self._closed = True
+        if not first:  # another thread is stopping it: return once it is stopped
+            self._terminated.wait(15.0)
+            return
+        try:
+            self._stop_all()
+        finally:
+            self._terminated.set()
+
+    def _stop_all(self) -> None:
         os.eventfd_write(self._efd, 1)
         self._thread.join(5.0)
         try:
@@ -462,24 +595,34 @@ class Executor(cf.Executor):
 
 
 class _Options:
-    """Submission with dependencies and resources; see :meth:`Executor.options`."""
+    """Submission with dependencies, resources and failure options; see :meth:`Executor.options`."""
 
     def __init__(self, ex: Any, after: tuple[cf.Future, ...], cores: int,
-                 place: list[Any] | None = None) -> None:
-        if cores < 1:
-            raise ValueError(f"cores must be >= 1, not {cores}")
+                 place: list[Any] | None = None, opts: dict[str, Any] | None = None,
+                 key: str | None = None) -> None:
+        if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+            raise ValueError(f"cores must be an int >= 1, not {cores!r}")
         self._ex, self._after, self._cores, self._place = ex, after, cores, place
+        self._opts, self._key = opts, key
 
     def submit(self, fn: Callable[..., Any] | Command, /, *args: Any, **kwargs: Any) -> ShoalFuture:
+        """Like :meth:`Executor.submit`, with these options."""
         if isinstance(fn, Command) and self._cores != 1 and fn.cores == 1:
-            import dataclasses
-
             fn = dataclasses.replace(fn, cores=self._cores)
-        return self._ex._submit(fn, args, kwargs, self._after, self._cores, self._place)
+        return self._ex._submit(fn, args, kwargs, self._after, self._cores, self._place,
+                                self._opts, self._key)
 
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any], timeout: float | None = None,
             chunksize: int | None = None) -> Iterator[Any]:
-        return self._ex._map(fn, iterables, timeout, chunksize, self._after, self._cores, self._place)
+        """Like :meth:`Executor.map`, with these options (not ``key``: it names one task)."""
+        if self._key is not None:
+            raise ValueError("options(key=...) names one task: use it with submit, not map")
+        return self._ex._map(fn, iterables, timeout, chunksize, self._after, self._cores,
+                             self._place, self._opts)
+
+
+def _command_base(cmd: Command) -> str:
+    return f"cmd:{O.command_digest(cmd.argv(), cmd.cwd, cmd.env)}"
 
 
 def _dep_ids(ex: Any, after: tuple[cf.Future, ...]) -> tuple[list[int], BaseException | None]:
@@ -495,7 +638,13 @@ def _dep_ids(ex: Any, after: tuple[cf.Future, ...]) -> tuple[list[int], BaseExce
                 return deps, DependencyError(f"dependency task {f.tid} failed or was cancelled")
             continue
         deps.append(f.tid)
-    return deps, None
+    return deps or _NO_DEPS, None
+
+
+def _wait_all(futs: list[ShoalFuture]) -> None:
+    """Wait until every future is done, without registering a waiter on each."""
+    for f in futs:
+        f._wait(None)
 
 
 def _results(futs: list[ShoalFuture], deadline: float | None, chunked: bool) -> Iterator[Any]:
@@ -515,9 +664,8 @@ def _results(futs: list[ShoalFuture], deadline: float | None, chunked: bool) -> 
             owner = left_over[0]._owner
             if owner is not None and owner._cancel(left_over):
                 for f in left_over:
-                    if f._state == "PENDING" and f.tid not in getattr(owner, "_futures", {}):
-                        cf.Future.cancel(f)
-                        f.set_running_or_notify_cancel()
+                    if f.tid not in getattr(owner, "_futures", {}):
+                        f._settle(None, None, cancelled=True)
 
 
 @atexit.register

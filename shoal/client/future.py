@@ -1,18 +1,49 @@
 """shoal's Future: a real ``concurrent.futures.Future`` that knows its task and owner.
 
 The owner (an Executor in a client process, or the worker context inside a task) gets
-two hooks: ``_cancel(fut)`` for an exact cancel (only tasks not yet handed to an agent
-can be cancelled), and ``_block(fut, timeout)`` so that a task waiting on its sub-tasks
-yields its worker instead of blocking it.
+two hooks: ``_cancel(futs)`` (True when the head or the owner dropped or stopped the
+task) and ``_block(futs, timeout, return_when)`` so that a task waiting on its
+sub-tasks yields its worker instead of blocking it.
+
+A client holds one future per pending task, up to millions of them, so a ShoalFuture is
+light: ``__slots__``, no Condition, lock or lists of its own. All futures of one owner
+share one Condition (``owner._fcond``); a wake-up on it may be for another future, so
+every wait loops on the state. ``concurrent.futures.wait``/``as_completed`` work on them
+unchanged: they take each future's ``_condition`` (the shared one is an RLock, taken
+again by the same thread) and append to ``_waiters``, which is made on first use.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import pickle
+import threading
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from shoal.transport import protocol as P
+
+_PENDING = "PENDING"
+_CANCELLED = "CANCELLED"
+_NOTIFIED = "CANCELLED_AND_NOTIFIED"
+_FINISHED = "FINISHED"
+_DONE = frozenset((_CANCELLED, _NOTIFIED, _FINISHED))
+_LOG = cf._base.LOGGER
+
+
+class ExecutorError(RuntimeError):
+    """The runtime behind an executor failed (the head stopped or cannot be reached)."""
+
+
+class HeadLost(ExecutorError):
+    """The head of the run is gone (its process exited, or it was silent past the
+    heartbeat timeout): every pending future fails with it, and so does every later submit."""
+
+
+class TaskTimeout(TimeoutError):
+    """A task's attempt ran past its time limit (``options(timeout=)``,
+    ``Executor(task_timeout=)``) and was killed."""
 
 
 class RemoteTraceback(Exception):
@@ -31,7 +62,8 @@ class RemoteError(Exception):
 
 
 class TaskLost(Exception):
-    """The worker or agent running the task died before the task finished."""
+    """The worker or agent running the task died before the task finished (and the
+    crash limit or the retries were used up)."""
 
 
 class DependencyError(Exception):
@@ -42,15 +74,49 @@ class TaskError(Exception):
     """The runtime could not run the task (e.g. it asks for more cores than any node has)."""
 
 
+_shared: threading.Condition | None = None
+_shared_lock = threading.Lock()
+
+
+def _fallback_condition() -> threading.Condition:
+    """The Condition of futures whose owner has none of its own (made on first use)."""
+    global _shared
+    if _shared is None:
+        with _shared_lock:
+            if _shared is None:
+                _shared = threading.Condition(threading.RLock())
+    return _shared
+
+
 class ShoalFuture(cf.Future):
     """A Future for a task; ``tid`` identifies the task for the whole run."""
 
-    _agent_num = 0  # set from the result: the number of the agent that ran the task
+    __slots__ = ("tid", "_owner", "_condition", "_state", "_result", "_exception",
+                 "_w", "_cbs", "_agent_num")
 
     def __init__(self, tid: int, owner: Any) -> None:
-        super().__init__()
+        # no super().__init__(): it would make a Condition and two lists per future
         self.tid = tid
         self._owner = owner
+        self._condition = getattr(owner, "_fcond", None) or _fallback_condition()
+        self._state = _PENDING
+        self._result: Any = None
+        self._exception: BaseException | None = None
+        self._w: Any = None                  # concurrent.futures waiters: see _Waiters
+        self._cbs: list[Callable[[cf.Future], object]] | None = None
+        self._agent_num = 0                  # from the result: the agent that ran it
+
+    # concurrent.futures.wait/as_completed reach for the waiters list directly
+    @property
+    def _waiters(self) -> _Waiters:
+        return _Waiters(self)
+
+    @property
+    def _done_callbacks(self) -> list[Callable[[cf.Future], object]]:
+        cbs = self._cbs
+        if cbs is None:
+            cbs = self._cbs = []
+        return cbs
 
     @property
     def agent(self) -> str | None:
@@ -61,35 +127,201 @@ class ShoalFuture(cf.Future):
         lookup = getattr(self._owner, "_agent_name", None)
         return lookup(self._agent_num) if lookup is not None else None
 
+    # ---- reading: lock-free (one attribute read is atomic) ---------------------------
+    def done(self) -> bool:
+        """True once the task finished, failed or was cancelled."""
+        return self._state in _DONE
+
+    def cancelled(self) -> bool:
+        """True if the task was cancelled."""
+        return self._state in (_CANCELLED, _NOTIFIED)
+
+    def running(self) -> bool:
+        return False  # shoal does not report when a remote task starts
+
+    def _wait(self, timeout: float | None) -> None:
+        """Block until done or ``timeout`` passed; other futures' wake-ups are skipped."""
+        if self._state in _DONE:
+            return
+        block = getattr(self._owner, "_block", None)
+        if block is not None:  # inside a task: park it, its worker goes on
+            block([self], timeout, cf.FIRST_COMPLETED)
+            return  # done, or timed out: nothing else could resolve it while we slept
+        cond = self._condition
+        with cond:
+            if timeout is None:
+                while self._state not in _DONE:
+                    cond.wait()
+            else:
+                end = time.monotonic() + timeout
+                while self._state not in _DONE:
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        return
+                    cond.wait(left)
+
     def result(self, timeout: float | None = None) -> Any:
-        if self._state not in ("FINISHED", "CANCELLED", "CANCELLED_AND_NOTIFIED"):
-            block = getattr(self._owner, "_block", None)
-            if block is not None:
-                block([self], timeout, cf.FIRST_COMPLETED)
-        return super().result(timeout)
+        """The task's value; raises its exception, ``CancelledError``, or ``TimeoutError``
+        when it is not done after ``timeout`` seconds (None: wait as long as it takes)."""
+        self._wait(timeout)
+        state = self._state
+        if state == _FINISHED:
+            exc = self._exception
+            if exc is None:
+                return self._result
+            try:
+                raise exc
+            finally:
+                exc = None  # no frame -> exception -> frame cycle
+        if state == _PENDING:
+            raise TimeoutError()
+        raise cf.CancelledError()
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        if self._state not in ("FINISHED", "CANCELLED", "CANCELLED_AND_NOTIFIED"):
-            block = getattr(self._owner, "_block", None)
-            if block is not None:
-                block([self], timeout, cf.FIRST_COMPLETED)
-        return super().exception(timeout)
+        """The task's exception (None if it succeeded); waits as :meth:`result` does."""
+        self._wait(timeout)
+        state = self._state
+        if state == _FINISHED:
+            return self._exception
+        if state == _PENDING:
+            raise TimeoutError()
+        raise cf.CancelledError()
+
+    def add_done_callback(self, fn: Callable[[cf.Future], object]) -> None:
+        """Call ``fn(future)`` when the task is done (now, if it is; in a client, later
+        calls run on the executor's I/O thread: keep them short)."""
+        with self._condition:
+            if self._state not in _DONE:
+                self._done_callbacks.append(fn)
+                return
+        try:
+            fn(self)
+        except Exception:
+            _LOG.exception("exception calling callback for %r", self)
+
+    def _invoke_callbacks(self) -> None:
+        cbs, self._cbs = self._cbs, None
+        for callback in cbs or ():
+            try:
+                callback(self)
+            except Exception:
+                _LOG.exception("exception calling callback for %r", self)
+
+    # ---- resolving ----------------------------------------------------------------------
+    def _settle(self, result: Any, exc: BaseException | None, cancelled: bool = False,
+                notify: bool = True) -> bool:
+        """Resolve once (False if already resolved). ``notify=False``: the caller resolves
+        a batch and wakes the waiters once, with :func:`wake`."""
+        cond = self._condition
+        with cond:
+            if self._state != _PENDING:
+                return False
+            w = self._w
+            waiters = () if w is None else w if type(w) is list else (w,)
+            if cancelled:
+                self._state = _NOTIFIED
+                for waiter in waiters:
+                    waiter.add_cancelled(self)
+            else:
+                self._result = result
+                self._exception = exc
+                self._state = _FINISHED
+                for waiter in waiters:
+                    if exc is None:
+                        waiter.add_result(self)
+                    else:
+                        waiter.add_exception(self)
+            if notify and cond._waiters:  # type: ignore[attr-defined]
+                cond.notify_all()
+        if self._cbs:
+            self._invoke_callbacks()
+        return True
+
+    def set_result(self, result: Any) -> None:
+        """Resolve with a value (for owners and tests)."""
+        if not self._settle(result, None):
+            raise cf.InvalidStateError(f"{self._state}: {self!r}")
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        """Resolve with an exception (for owners and tests)."""
+        if not self._settle(None, exception):
+            raise cf.InvalidStateError(f"{self._state}: {self!r}")
+
+    def set_running_or_notify_cancel(self) -> bool:
+        # shoal futures never enter RUNNING: the owner resolves them straight from PENDING
+        return not self.cancelled()
 
     def cancel(self) -> bool:
-        with self._condition:
-            if self._state in ("CANCELLED", "CANCELLED_AND_NOTIFIED"):
-                return True
-            if self._state != "PENDING":
-                return False
+        """Cancel the task: a queued one is dropped; a running one is stopped (its owner
+        asks the head, which asks the agent). False once the task has finished."""
+        state = self._state
+        if state in (_CANCELLED, _NOTIFIED):
+            return True
+        if state != _PENDING:
+            return False
         owner = self._owner
         if owner is None or not owner._cancel([self]):
             return False
-        if super().cancel():
-            self.set_running_or_notify_cancel()
-        return True
+        return self._settle(None, None, cancelled=True) or self.cancelled()
 
     def __repr__(self) -> str:
         return f"<ShoalFuture task={self.tid:#x} state={self._state.lower()}>"
+
+
+class _Waiters:
+    """A future's waiters list as ``concurrent.futures`` uses it (append, remove, iterate).
+
+    ``wait``/``as_completed`` put one waiter on each future they watch: the future keeps
+    a single waiter as itself in ``_w`` and only a second one makes a list, so watching a
+    million futures costs no list per future. Made per access, never stored.
+    """
+
+    __slots__ = ("_f",)
+
+    def __init__(self, fut: ShoalFuture) -> None:
+        self._f = fut
+
+    def _items(self) -> tuple[Any, ...] | list[Any]:
+        w = self._f._w
+        return () if w is None else w if type(w) is list else (w,)
+
+    def append(self, waiter: Any) -> None:
+        f = self._f
+        w = f._w
+        if w is None:
+            f._w = waiter
+        elif type(w) is list:
+            w.append(waiter)
+        else:
+            f._w = [w, waiter]
+
+    def remove(self, waiter: Any) -> None:
+        f = self._f
+        w = f._w
+        if type(w) is list:
+            w.remove(waiter)
+            if len(w) == 1:
+                f._w = w[0]
+        elif w is waiter:
+            f._w = None
+        else:
+            raise ValueError("waiter not in list")
+
+    def __iter__(self) -> Any:
+        return iter(self._items())
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+    def __bool__(self) -> bool:
+        return self._f._w is not None
+
+
+def wake(cond: threading.Condition) -> None:
+    """Wake every thread waiting on ``cond`` (after resolving futures with notify=False)."""
+    with cond:
+        if cond._waiters:  # type: ignore[attr-defined]
+            cond.notify_all()
 
 
 def exception_payload(exc: BaseException, tb_text: str) -> bytes:
@@ -122,24 +354,40 @@ def decode_error(status: int, payload: bytes, what: str = "task") -> BaseExcepti
         return DependencyError(text)
     if status == P.LOST:
         return TaskLost(text)
+    if status == P.TIMEOUT:
+        return TaskTimeout(text)
     if status == P.CANCELLED:
         return cf.CancelledError(text)
     return TaskError(text)
 
 
-def deliver(fut: ShoalFuture, status: int, payload: bytes, loads: Any = pickle.loads) -> None:
-    """Resolve a future from a RESULT; never raises (a bad payload becomes its error)."""
-    if fut._state != "PENDING":
+def add_attempts_note(exc: BaseException, attempts: Sequence[str]) -> None:
+    """Note on ``exc`` what each failed attempt of its task did (one line each)."""
+    if attempts and hasattr(exc, "add_note"):
+        exc.add_note("attempts of this task:\n" + "\n".join(f"  {a}" for a in attempts))
+
+
+def deliver(fut: ShoalFuture, status: int, payload: bytes, attempts: Sequence[str] | None = None,
+            *, loads: Any = pickle.loads, notify: bool = True) -> None:
+    """Resolve a future from a RESULT; never raises (a bad payload becomes its error).
+
+    ``attempts``: the head's one line per failed attempt; on a failure they become a
+    note of the exception. ``notify=False``: see :meth:`ShoalFuture._settle`.
+    """
+    if fut._state != _PENDING:
         return
     if status == P.OK:
         try:
             value = loads(payload)
         except Exception as exc:  # noqa: BLE001
-            fut.set_exception(RemoteError(f"result of task cannot be loaded here: {exc!r}"))
+            fut._settle(None, RemoteError(f"result of task cannot be loaded here: {exc!r}"),
+                        notify=notify)
             return
-        fut.set_result(value)
+        fut._settle(value, None, notify=notify)
     elif status == P.CANCELLED:
-        super(ShoalFuture, fut).cancel()
-        fut.set_running_or_notify_cancel()
+        fut._settle(None, None, cancelled=True, notify=notify)
     else:
-        fut.set_exception(decode_error(status, payload))
+        exc = decode_error(status, payload)
+        if attempts:
+            add_attempts_note(exc, attempts)
+        fut._settle(None, exc, notify=notify)

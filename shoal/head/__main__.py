@@ -9,6 +9,7 @@ import shutil
 import sys
 
 from shoal._sys import set_parent_death_signal, stop_on_signals
+from shoal.head.journal import JournalError
 from shoal.head.server import Head
 from shoal.transport.connfile import Connection
 
@@ -25,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--crash-limit", type=int, default=3, metavar="N",
                     help="a task lost this many times in a row fails (default 3)")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--journal", metavar="FILE",
+                    help="SQLite journal: record keyed tasks, answer those finished OK in an "
+                         "earlier run from it (docs/journal.md)")
     ap.add_argument("--remove-dir", action="store_true",
                     help="remove the connection file's directory at exit (the local default's "
                          "run directory, so a caller that crashed leaves nothing behind)")
@@ -34,15 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.owner_pid:
         set_parent_death_signal()
     try:
-        head = Head(Connection.read(args.connection), bind=args.bind, prefetch=args.prefetch,
-                    owner_pid=args.owner_pid, exit_when_idle=args.exit_when_idle,
-                    heartbeat_timeout=args.heartbeat_timeout, crash_limit=args.crash_limit)
-    except (OSError, ValueError) as exc:
-        print(f"shoal head: {exc}", file=sys.stderr)
-        return 2
-
-    stop_on_signals(head)
-    try:
+        try:
+            head = Head(Connection.read(args.connection), bind=args.bind, prefetch=args.prefetch,
+                        owner_pid=args.owner_pid, exit_when_idle=args.exit_when_idle,
+                        heartbeat_timeout=args.heartbeat_timeout, crash_limit=args.crash_limit,
+                        journal=args.journal)
+        except (OSError, ValueError, JournalError) as exc:
+            print(f"shoal head: {exc}", file=sys.stderr)
+            return 2
+        stop_on_signals(head)
         head.serve()
     finally:
         if args.remove_dir:

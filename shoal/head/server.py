@@ -19,6 +19,7 @@ import zmq
 
 from shoal._sys import alive
 from shoal.head.core import T_FID, T_KIND, Decisions, SchedulerCore
+from shoal.head.journal import Journal, JournalError
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
 
@@ -55,11 +56,18 @@ class Head:
         exit_when_idle: bool = False,
         heartbeat_timeout: float | None = None,
         crash_limit: int = 3,
+        journal: str | None = None,
     ) -> None:
         if heartbeat_timeout is not None and heartbeat_timeout <= 0:
             raise ValueError(f"the heartbeat timeout must be > 0 seconds, not {heartbeat_timeout}")
         if crash_limit < 1:
             raise ValueError(f"the crash limit must be at least 1, not {crash_limit}")
+        # journal: opened before the socket, so a bad file stops the head before it binds
+        self.journal = Journal(journal) if journal else None
+        self.from_journal = 0
+        if self.journal is not None:
+            log.info("journal %s: run %d, %d results from earlier runs", journal,
+                     self.journal.run, self.journal.resumable)
         self.conn = conn
         self.codec = P.Codec(conn.key)
         self.timeout_s = heartbeat_timeout or TIMEOUT_S
@@ -127,6 +135,8 @@ class Head:
                     self._beat(now)
         finally:
             self._stop_agents()
+            if self.journal is not None:  # journal: commit the rest, note the run's end
+                self.journal.close()
             sock.close(linger=500)
             self.ctx.term()
 
@@ -159,7 +169,10 @@ class Head:
             funcs = msg[2]
             if funcs:
                 self.funcs.update(funcs)
-            self._apply(self.core.submit(msg[1], ident, static=bool(msg[3]),
+            specs = msg[1]
+            if self.journal is not None:  # journal: answer keys that finished OK before
+                specs = self._journal_submit(ident, specs)
+            self._apply(self.core.submit(specs, ident, static=bool(msg[3]),
                                          owner_num=peer.num if peer.role == "client" else None))
         elif kind == P.RETURN:
             self._apply(self.core.returned(ident, msg[1]))
@@ -222,7 +235,8 @@ class Head:
             [P.WELCOME, {"origin": origin, "prefetch": self.prefetch, "run_id": self.conn.run_id,
                          "slots": self.core.total_slots() + (peer.slots if role == "agent" else 0),
                          "heartbeat_s": self.heartbeat_s, "timeout_s": self.timeout_s,
-                         "num": peer.num}],
+                         "num": peer.num,
+                         "journal": self.journal is not None}],  # journal: clients send keys
         )
         if role == "agent":
             log.info("agent %s joined with %d slots", ident.decode(errors="replace"), peer.slots)
@@ -319,8 +333,12 @@ class Head:
             self._out_results[owner].extend(items)
         for agent, tids in d.revoke.items():
             self._send(agent, [P.CANCEL, 0, tids])
+        if d.done_keys and self.journal is not None:  # journal: buffered, see _flush
+            self.journal.finished(d.done_keys)
 
     def _flush(self) -> None:
+        if self.journal is not None and self.journal.pending:
+            self._journal_commit()  # journal: before any result of this turn leaves
         if self._out_results:
             out, self._out_results = self._out_results, defaultdict(list)
             for owner, items in out.items():
@@ -341,6 +359,54 @@ class Head:
                             sent.add(fid)
                             funcs[fid] = self.funcs[fid]
                 self._send(agent, [P.TASKS, specs, funcs])
+
+    # ---- journal (shoal.head.journal) -------------------------------------------------
+    def _journal_submit(self, owner: bytes, specs: list[list[Any]]) -> list[list[Any]]:
+        """Resolve at once the keyed tasks that finished OK in an earlier run; note the
+        others as submitted; return the specs the core must schedule. A task id the core
+        never saw counts as succeeded, so dependents of an answered task run."""
+        journal = self.journal
+        assert journal is not None
+        if not journal.resumable:  # nothing to look up: only note the keys
+            journal.submitted([key for spec in specs if (key := _journal_key(spec))])
+            return specs
+        keyed = [(spec, key) for spec in specs if (key := _journal_key(spec))]
+        if not keyed:
+            return specs
+        try:
+            found = journal.lookup([key for _spec, key in keyed])
+        except JournalError as exc:
+            self._journal_failed(exc)
+            return specs
+        if found:
+            out = self._out_results[owner]
+            answered: set[int] = set()
+            for spec, key in keyed:
+                payload = found.get(key)
+                if payload is not None:
+                    out.append([spec[P.T_ID], P.OK, payload, 0, None])
+                    answered.add(spec[P.T_ID])
+            self.from_journal += len(answered)
+            journal.answered(len(answered))
+            specs = [spec for spec in specs if spec[P.T_ID] not in answered]
+            keyed = [(spec, key) for spec, key in keyed if spec[P.T_ID] not in answered]
+        journal.submitted([key for _spec, key in keyed])
+        return specs
+
+    def _journal_commit(self) -> None:
+        try:
+            self.journal.commit()  # type: ignore[union-attr]
+        except JournalError as exc:
+            self._journal_failed(exc)
+
+    def _journal_failed(self, exc: JournalError) -> None:
+        # A run is worth more than its journal: go on without it (docs/journal.md).
+        log.error("%s; the run goes on without the journal", exc)
+        try:
+            self.journal.db.close()  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - closing a broken handle: nothing to save
+            pass
+        self.journal = None
 
     def _send(self, ident: bytes, msg: list[Any]) -> None:
         try:
@@ -373,4 +439,12 @@ class Head:
             "requeued": core.requeued,
             "lost_agents": self.lost_agents,
             "bad_messages": self.bad_messages,
+            "from_journal": self.from_journal,
         }
+
+
+def _journal_key(spec: list[Any]) -> str | None:
+    """The task's journal key (opts["key"]), or None; a malformed one is ignored."""
+    opts = spec[P.T_OPTS] if len(spec) > P.T_OPTS else None
+    key = opts.get("key") if isinstance(opts, dict) else None
+    return key if isinstance(key, str) and key else None

@@ -19,11 +19,19 @@ import time
 
 from shoal.transport.connfile import Connection
 
+EXIT_HEAD_LOST = 3  # the agent's exit status when it lost its head (shoal.agent.headlink)
+
 
 class LocalCluster:
-    """Head + agent subprocesses of one Executor."""
+    """Head + agent subprocesses of one Executor.
 
-    def __init__(self, workers: int | None = None, slots: int | None = None, prefetch: int = 1) -> None:
+    ``heartbeat_timeout``, ``crash_limit`` and ``journal`` become the head's
+    ``--heartbeat-timeout``, ``--crash-limit`` and ``--journal`` (only when given).
+    """
+
+    def __init__(self, workers: int | None = None, slots: int | None = None, prefetch: int = 1,
+                 *, heartbeat_timeout: float | None = None, crash_limit: int | None = None,
+                 journal: str | None = None) -> None:
         ncpu = os.cpu_count() or 1
         if slots is None:
             slots = workers if workers else ncpu
@@ -42,9 +50,16 @@ class LocalCluster:
         # Workers must import what the caller imports: hand them its sys.path.
         path = json.dumps([p for p in sys.path if p and os.path.isdir(p)] or [os.getcwd()])
         common = dict(start_new_session=True, close_fds=True, stdin=subprocess.DEVNULL)
+        policy: list[str] = []
+        if heartbeat_timeout is not None:
+            policy += ["--heartbeat-timeout", repr(float(heartbeat_timeout))]
+        if crash_limit is not None:
+            policy += ["--crash-limit", str(crash_limit)]
+        if journal is not None:
+            policy += ["--journal", os.path.abspath(journal)]
         self.head = subprocess.Popen(
             [py, "-m", "shoal.head", "--connection", self.connfile, "--owner-pid", me,
-             "--prefetch", str(prefetch), "--exit-when-idle", "--quiet", "--remove-dir"],
+             "--prefetch", str(prefetch), "--exit-when-idle", "--quiet", "--remove-dir", *policy],
             **common,
         )
         self.agent = subprocess.Popen(
@@ -54,6 +69,52 @@ class LocalCluster:
             **common,
         )
         self._stopped = False
+        self._pidfds: dict[int, subprocess.Popen[bytes]] = {}
+        for p in (self.head, self.agent):
+            try:
+                self._pidfds[os.pidfd_open(p.pid)] = p
+            except (AttributeError, OSError):  # no pidfd here: dead() is polled instead
+                pass
+
+    def watch_fds(self) -> list[int]:
+        """File descriptors that become readable when the head or the agent exits."""
+        return list(self._pidfds)
+
+    def dead(self) -> BaseException | None:
+        """The error a client should fail with if the head or the agent exited, else None."""
+        from shoal.client.future import ExecutorError, HeadLost
+
+        rc = self.head.poll()
+        if rc is not None:
+            return HeadLost(f"lost the head at {self.connection.address}: "
+                            f"its process exited with {_status(rc)}")
+        rc = self.agent.poll()
+        if rc == EXIT_HEAD_LOST:
+            return HeadLost(f"lost the head at {self.connection.address}: silent past the "
+                            "heartbeat timeout (its agent gave up on it)")
+        if rc is not None:
+            return ExecutorError(f"the local runtime stopped: agent exited with {_status(rc)}")
+        return None
+
+    def abort(self) -> None:
+        """After the head was lost (exited, or silent: stopped, hung): kill it, and stop
+        the agent and its workers now (no orderly exit)."""
+        if self.head.poll() is None:
+            self.head.kill()
+            self.head.wait()
+        if self.agent.poll() is None:
+            # SIGINT: stop now, killing what runs (SIGTERM would start a drain that waits
+            # for running tasks, whose results no head will ever take)
+            self.agent.send_signal(signal.SIGINT)
+            try:
+                self.agent.wait(5.0)
+            except subprocess.TimeoutExpired:
+                pass
+        try:  # the agent leads its own process group: take its workers with it
+            os.killpg(self.agent.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.agent.poll()
 
     def alive(self) -> bool:
         return self.head.poll() is None and self.agent.poll() is None
@@ -83,4 +144,16 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        for fd in self._pidfds:
+            os.close(fd)
+        self._pidfds = {}
         shutil.rmtree(self.rundir, ignore_errors=True)
+
+
+def _status(rc: int) -> str:
+    if rc < 0:
+        try:
+            return signal.Signals(-rc).name
+        except ValueError:
+            return f"signal {-rc}"
+    return f"status {rc}"
