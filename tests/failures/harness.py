@@ -450,6 +450,13 @@ class Cluster:
             raise AssertionError(f"the head exited with status {self.head.poll()}:\n"
                                  f"{self.head.output()}")
 
+    def agent_numbers(self, ex: Any) -> dict[int, int]:
+        """pid -> number the head gave each connected agent (AgentInfo has no number: this
+        asks the head with the client's own AGENTS request)."""
+        from shoal.transport import protocol as P
+
+        return {a["pid"]: a["num"] for a in ex._request([P.AGENTS], 10.0)[0]}
+
     def agent_pids(self, ex: Any) -> set[int]:
         return {a.pid for a in ex.agents()}
 

@@ -66,6 +66,7 @@ def test_agent_lost_during_2000_tasks(make_cluster, tmp_path, fault):
     futs = [ex.submit(tasks.record, i, str(ledger), 0.01) for i in range(n)]
     _progress(ledger, n // 4)
     victim = agents[1]
+    num_before = c.agent_numbers(ex)[victim.pid]
     if fault == "kill9":
         victim.kill()
     else:
@@ -86,9 +87,9 @@ def test_agent_lost_during_2000_tasks(make_cluster, tmp_path, fault):
         assert not victim.alive()
         return
     # the stopped agent rejoined, under a new number, and gets work again
-    infos = wait_for(lambda: [a for a in ex.agents() if a.pid == victim.pid], 30, 0.2,
-                     "the stopped agent to rejoin")
-    num = getattr(infos[0], "num", None)
+    wait_for(lambda: victim.pid in c.agent_pids(ex), 30, 0.2, "the stopped agent to rejoin")
+    num = c.agent_numbers(ex)[victim.pid]
+    assert num != num_before, f"rejoined under its old number {num}"
     assert victim.alive(), "a stopped agent must rejoin, not exit"
     more = [ex.submit(tasks.record, n + i, str(ledger), 0.01) for i in range(600)]
     ran_on = {pid for _, pid in _results(more, 120)}
