@@ -362,8 +362,6 @@ def test_failed_tasks_run_again_on_resume(run, tmp_path):
     assert lines(side) == Counter({"0": 1, "1": 2, "2": 1, "3": 2, "4": 1, "5": 2})
 
 
-@pytest.mark.xfail(strict=True, reason="the core resolves an unchecked non-zero exit as OK "
-                   "and reports it in done_keys, so the journal keeps it as done")
 def test_a_command_that_exited_non_zero_runs_again_on_resume(run, tmp_path):
     # `shoal run` sends commands without check=True: a failed line is an OK result whose
     # info says it exited non-zero. A resumed run must run it again.

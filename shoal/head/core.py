@@ -400,8 +400,8 @@ class SchedulerCore:
         exceptions, the raised class matches ``opts["retry_on"]`` (when given)."""
         opts = task.opts or {}
         if status == OK:  # a command that exited non-zero (info["exit"]): a failure to retry
-            if not opts.get("retries"):
-                self._finish(task, OK, payload, d, num, item)
+            if not opts.get("retries"):  # (not journaled: a resumed run runs it again)
+                self._finish(task, OK, payload, d, num, item, journal=False)
                 return
         why = info.get("why") if info else None
         if not why:
@@ -434,7 +434,7 @@ class SchedulerCore:
                 retry = any(t in on for t in types)
             delay = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (task.failures - 1))
         if not retry:
-            self._finish(task, status, payload, d, num, item)
+            self._finish(task, status, payload, d, num, item, journal=False)
             return
         self.retried += 1
         if delay > 0:
@@ -542,6 +542,7 @@ class SchedulerCore:
         num: int = 0,
         item: list[Any] | None = None,
         notify_owner: bool = True,
+        journal: bool = True,
     ) -> None:
         del self.tasks[task.tid]
         self.completed += 1
@@ -558,7 +559,7 @@ class SchedulerCore:
                 item = [task.tid, status, payload, num, task.history]
             d.result(task.owner, item)
         opts = task.opts
-        if opts is not None and status == OK:
+        if journal and opts is not None and status == OK:
             key = opts.get("key")
             if key:
                 d.done_keys.append((key, status, payload))
