@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import dataclasses
 import json
 import os
 import shutil
@@ -420,7 +421,7 @@ class Cluster:
     def connection_for(self, address: str, name: str) -> str:
         """Another connection file of this run (same secret) that names ``address``."""
         path = os.path.join(self.tmp, f"connection-{name}.json")
-        Connection(address=address, secret=self.conn.secret, run_id=self.conn.run_id).write(path)
+        dataclasses.replace(self.conn, address=address).write(path)
         return path
 
     # -- clients
