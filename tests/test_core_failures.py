@@ -209,3 +209,15 @@ def test_done_keys_only_for_ok_results_with_a_key():
     assert d.done_keys == [("k1", P.OK, b"r1")]
     d = core.finished(B, [[2, P.ERR, b"e", 1, err_info()]])
     assert d.done_keys == []
+
+
+def test_slots_freed_by_a_lost_client_go_to_the_others_queued_tasks():
+    core = SchedulerCore()
+    core.add_agent(A, 2, num=1)
+    core.set_window(A, 2)
+    core.submit([task(1), task(2)], OWNER, owner_num=4)
+    core.submit([task(3), task(4)], b"other", owner_num=5)
+    assert core.agents[A].running == {1, 2}
+    d = core.cancel_owner(OWNER, 4)
+    assert sorted(d.revoke[A]) == [1, 2]
+    assert sorted(s[0] for s in d.dispatch[A]) == [3, 4]

@@ -530,6 +530,8 @@ class SchedulerCore:
                 if agent.own:
                     agent.own = deque(t for t in agent.own if t in self.tasks)
             self.placed = sum(len(a.own) for a in self.agents.values())
+        if self.ready or self.placed:  # the freed slots go to the others' tasks
+            self._fill_all(d)
         return d
 
     # ---- internals ----------------------------------------------------------------
