@@ -66,6 +66,7 @@ QUEUE_MAX = 1000
 # and a message per result would cost the head and the client more than the commands.
 RESULTS_DELAY_S = 0.002
 RESULTS_BATCH = 256
+HELLO_AGAIN_S = 5.0      # while waiting for a restarted head, say HELLO again this often
 T_OPTS, T_ATTEMPT, T_OWNER = P.T_OPTS, P.T_ATTEMPT, P.T_OWNER
 OWNER_SCAN = 256  # queued tasks a worker bound to one client looks through for its own
 
@@ -582,6 +583,8 @@ class Agent(WorkerPool, HeadLink, Stopping):
                         break
                 if self.reconnect_until is not None:
                     self._watch_connection_file(now)
+                    if not self.welcomed and now - self.head_seen >= HELLO_AGAIN_S:
+                        self._hello()  # a fresh one: a HELLO queued too long is refused
                     if now > self.reconnect_until:
                         self._head_lost(now)
                 elif now - self.head_seen > self.timeout_s:
