@@ -221,3 +221,23 @@ def test_slots_freed_by_a_lost_client_go_to_the_others_queued_tasks():
     d = core.cancel_owner(OWNER, 4)
     assert sorted(d.revoke[A]) == [1, 2]
     assert sorted(s[0] for s in d.dispatch[A]) == [3, 4]
+
+
+def test_hard_placed_task_for_an_agent_that_left_is_lost_not_misaddressed():
+    core = SchedulerCore()
+    core.add_agent(A, 1, num=1)
+    core.add_agent(B, 1, num=2)
+    core.drain(B)
+    hard_b = task(1)
+    hard_b[P.T_PLACE] = [B, True]
+    d = core.submit([hard_b], OWNER)
+    assert d.resolve[OWNER][0][:2] == [1, P.LOST] and b"is leaving" in d.resolve[OWNER][0][2]
+    core.remove_agent(B, "drained", lost=False)
+    again = task(2)
+    again[P.T_PLACE] = [B, True]
+    d = core.submit([again], OWNER)
+    assert d.resolve[OWNER][0][:2] == [2, P.LOST] and b"left: drained" in d.resolve[OWNER][0][2]
+    nowhere = task(3)
+    nowhere[P.T_PLACE] = [b"nobody", True]
+    d = core.submit([nowhere], OWNER)
+    assert d.resolve[OWNER][0][:2] == [3, P.ERR]

@@ -170,10 +170,12 @@ class SchedulerCore:
         self.crash_limit = max(1, crash_limit)
         self.retried = 0                           # attempts that became a new attempt
         self.requeued = 0                          # tasks handed back or taken from a lost agent
+        self.departed: dict[bytes, str] = {}       # agents that left or were lost -> why
 
     # ---- agents -------------------------------------------------------------------
     def add_agent(self, name: bytes, slots: int, num: int = 0) -> Decisions:
         self.agents[name] = AgentState(name, slots, num)
+        self.departed.pop(name, None)
         d = Decisions()
         if self.pending_static:
             batch, self.pending_static = self.pending_static, []
@@ -190,6 +192,9 @@ class SchedulerCore:
         agent = self.agents.pop(name, None)
         if agent is None:
             return d
+        if len(self.departed) >= 10_000:  # bounded: agents come and go in a long run
+            self.departed.clear()
+        self.departed[name] = reason
         label = name.decode(errors="replace")
         why = f"agent {label} was lost: {reason}" if lost else f"agent {label} left: {reason}"
         for tid in sorted(agent.running, reverse=True):  # each goes to the front: keep order
@@ -326,11 +331,18 @@ class SchedulerCore:
 
     def _enqueue_placed(self, task: Task, d: Decisions) -> None:
         agent = self.agents.get(task.place)  # type: ignore[arg-type]
-        if agent is None:
-            if task.hard:
-                self._finish(task, ERR, _err(f"no agent named {task.place.decode()!r} is connected"), d)  # type: ignore[union-attr]
-            else:
+        if agent is None or agent.draining:
+            if not task.hard:
                 self.ready.append(task.tid)
+                return
+            name = task.place.decode(errors="replace")  # type: ignore[union-attr]
+            gone = self.departed.get(task.place)  # type: ignore[arg-type]
+            if agent is not None:
+                self._finish(task, LOST, _err(f"agent {name} it was placed on is leaving"), d)
+            elif gone is not None:  # it was here: the task is lost with it, not misaddressed
+                self._finish(task, LOST, _err(f"agent {name} it was placed on left: {gone}"), d)
+            else:
+                self._finish(task, ERR, _err(f"no agent named {name!r} is connected"), d)
             return
         if task.cores > agent.slots:
             if task.hard:
