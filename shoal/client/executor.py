@@ -317,8 +317,8 @@ class Executor(cf.Executor):
                 fut.set_exception(failed)
                 return fut
             if key is None and self._keys is not None:
-                key = self._keys.key(_command_base(fn) if isinstance(fn, Command)
-                                     else f"{O.qualified_name(fn)}:{O.digest(spec[3])}")
+                key = (self._keys.key(_command_base(fn)) if isinstance(fn, Command)
+                       else self._keys.call_key(fn, spec[3]))
             if key is not None:
                 opts = O.with_key(opts, key)
             if opts is not None:
@@ -352,7 +352,6 @@ class Executor(cf.Executor):
                 raise self._error
             enc = self._encoder
             keys = self._keys
-            name = O.qualified_name(fn) if keys is not None else ""
             out = self._pending_static if self._static else self._pending
             for start in range(0, len(items), chunksize):
                 part = items[start : start + chunksize]
@@ -370,7 +369,7 @@ class Executor(cf.Executor):
                 fut = ShoalFuture(spec[0], self)
                 task_opts = opts
                 if keys is not None:
-                    task_opts = O.with_key(opts, keys.key(f"{name}:{O.digest(spec[3])}"))
+                    task_opts = O.with_key(opts, keys.call_key(fn, spec[3]))
                 if task_opts is not None:
                     spec += (place, task_opts)
                 elif place is not None:

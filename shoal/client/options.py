@@ -104,12 +104,28 @@ def line_key(number: int, text: str) -> str:
 class KeyCounter:
     """Numbers identical submissions, so each gets its own key: ``base:0``, ``base:1``..."""
 
-    __slots__ = ("_counts",)
+    __slots__ = ("_counts", "_names")
 
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
+        self._names: dict[int, tuple[Any, str]] = {}   # id(fn) -> (fn, "module.qualname:")
 
     def key(self, base: str) -> str:
         n = self._counts.get(base, 0)
         self._counts[base] = n + 1
         return f"{base}:{n}"
+
+    def call_key(self, fn: Callable[..., Any], payload: bytes) -> str:
+        """The key of a call: ``key(f"{qualified_name(fn)}:{digest(payload)}")``, with the
+        name looked up once per function (this runs for every task of a journaled run)."""
+        entry = self._names.get(id(fn))
+        if entry is None or entry[0] is not fn:
+            entry = self._names[id(fn)] = (fn, qualified_name(fn) + ":")  # holds fn: id stays
+        base = entry[1] + _sha1(payload).hexdigest()[:16]
+        counts = self._counts
+        n = counts.get(base, 0)
+        counts[base] = n + 1
+        return f"{base}:{n}"
+
+
+_sha1 = hashlib.sha1
