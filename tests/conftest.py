@@ -19,6 +19,40 @@ def ex():
         yield executor
 
 
+@pytest.fixture
+def head(tmp_path):
+    """`shoal head` on loopback TCP; yields (connfile, head process, add_agent(*flags)).
+    Every process it started is stopped at the end."""
+    import signal
+
+    connfile = tmp_path / "run.json"
+    proc = subprocess.Popen([PY, "-m", "shoal", "head", "--bind", "tcp://127.0.0.1:0",
+                             "--connection-file", str(connfile)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not connfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    agents: list[subprocess.Popen] = []
+
+    def add_agent(*flags: str) -> subprocess.Popen:
+        # its scratch under tmp_path: an agent a test kills cannot remove it itself
+        a = subprocess.Popen([PY, "-m", "shoal", "agent", "--connect", str(connfile), *flags],
+                             stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "TMPDIR": str(tmp_path)})
+        agents.append(a)
+        return a
+
+    yield connfile, proc, add_agent
+    for p in [*agents, proc]:
+        p.send_signal(signal.SIGTERM)
+    for p in [*agents, proc]:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def shoal_pids() -> set[int]:
     """PIDs of shoal head/agent processes (and their workers) on this machine."""
     out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout

@@ -8,9 +8,7 @@ from __future__ import annotations
 import os
 import random
 import shlex
-import signal
 import subprocess
-import time
 
 import pytest
 
@@ -127,36 +125,8 @@ def test_running_command_output_is_trimmed_to_the_cap(tmp_path):
     assert r.stdout.count(b"\0") == MiB
 
 
-@pytest.fixture
-def head(tmp_path):
-    connfile = tmp_path / "run.json"
-    proc = subprocess.Popen([PY, "-m", "shoal", "head", "--bind", "tcp://127.0.0.1:0",
-                             "--connection-file", str(connfile)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    agents: list[subprocess.Popen] = []
-    deadline = time.monotonic() + 30
-    while not connfile.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-    def add_agent(*flags: str) -> subprocess.Popen:
-        a = subprocess.Popen([PY, "-m", "shoal", "agent", "--connect", str(connfile), *flags],
-                             stderr=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(tmp_path)})
-        agents.append(a)
-        return a
-
-    yield connfile, add_agent
-    for p in [*agents, proc]:
-        p.send_signal(signal.SIGTERM)
-    for p in [*agents, proc]:
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 def test_agent_max_output_flag(head, tmp_path):
-    connfile, add_agent = head
+    connfile, _proc, add_agent = head
     add_agent("--slots", "1", "--max-output", "100KiB")
     tasks = tmp_path / "t.txt"
     tasks.write_text("seq 1 100000\necho small\n")

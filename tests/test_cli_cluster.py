@@ -76,36 +76,6 @@ def test_program_exception_shows_remote_traceback(tmp_path):
     assert "ZeroDivisionError" in r.stderr and "return 1 / x" in r.stderr
 
 
-@pytest.fixture
-def head(tmp_path):
-    connfile = tmp_path / "run.json"
-    proc = subprocess.Popen([PY, "-m", "shoal", "head", "--bind", "tcp://127.0.0.1:0",
-                             "--connection-file", str(connfile)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while not connfile.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    agents: list[subprocess.Popen] = []
-
-    def add_agent(slots: int) -> subprocess.Popen:
-        # its scratch under tmp_path: an agent a test kills cannot remove it itself
-        a = subprocess.Popen([PY, "-m", "shoal", "agent", "--connect", str(connfile),
-                              "--slots", str(slots)], stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "TMPDIR": str(tmp_path)})
-        agents.append(a)
-        return a
-
-    yield connfile, proc, add_agent
-    for p in [*agents, proc]:
-        p.send_signal(signal.SIGTERM)
-    for p in [*agents, proc]:
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 def agent_pid(_):
     time.sleep(0.05)
     return os.getppid()  # the worker's parent: its agent
@@ -114,7 +84,7 @@ def agent_pid(_):
 def test_manual_head_and_two_agents(head):
     connfile, proc, add_agent = head
     assert stat.S_IMODE(os.stat(connfile).st_mode) == 0o600
-    a1, a2 = add_agent(2), add_agent(2)
+    a1, a2 = add_agent("--slots", "2"), add_agent("--slots", "2")
     with Executor(connect=str(connfile)) as ex:
         deadline = time.monotonic() + 30
         while ex.stats()["agents"] < 2 and time.monotonic() < deadline:
@@ -126,7 +96,7 @@ def test_manual_head_and_two_agents(head):
 
 def test_agents_listing_and_placement(head):
     connfile, proc, add_agent = head
-    a1, a2 = add_agent(2), add_agent(2)
+    a1, a2 = add_agent("--slots", "2"), add_agent("--slots", "2")
     with Executor(connect=str(connfile)) as ex:
         deadline = time.monotonic() + 30
         while len(ex.agents()) < 2 and time.monotonic() < deadline:
@@ -160,7 +130,7 @@ def worker_pid(_):
 
 def test_killed_agent_takes_its_workers_along(head):
     connfile, proc, add_agent = head
-    a = add_agent(2)
+    a = add_agent("--slots", "2")
     with Executor(connect=str(connfile)) as ex:
         workers = set(ex.map(worker_pid, range(8), chunksize=1))
         assert workers and a.pid not in workers
@@ -175,7 +145,7 @@ def test_killed_agent_takes_its_workers_along(head):
 
 def test_unauthenticated_messages_are_dropped(head):
     connfile, proc, add_agent = head
-    add_agent(1)
+    add_agent("--slots", "1")
     conn = Connection.read(str(connfile))
     ctx = zmq.Context()
     s = ctx.socket(zmq.DEALER)

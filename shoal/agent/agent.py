@@ -432,11 +432,7 @@ class Agent(WorkerPool, HeadLink, Stopping):
             return
         dt = time.monotonic() - run.started
         self.cmd_mean = 0.8 * self.cmd_mean + 0.2 * dt
-        status, payload = launcher.outcome(run)
-        exc = launcher.check_failure(run) if status == P.ERR else None
-        info = failure_info(exc) if exc is not None else None
-        if info is None and run.status:  # non-zero exit, unchecked: the head may retry it
-            info = {"why": f"exit status {run.status}", "exit": run.status}
+        status, payload, info = launcher.outcome(run)
         self._result_to_head([run.tid, status, payload, run.attempt, info])
 
     # ---- sending -------------------------------------------------------------------------

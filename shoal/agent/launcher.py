@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shoal.agent import limits
+from shoal.agent.failures import failure_info
 from shoal.client.command import CAPTURE, DEVNULL, INHERIT, CommandError, CommandResult
 from shoal.client.future import exception_payload
 from shoal.transport import protocol as P
@@ -273,8 +274,9 @@ def reap(run: Running) -> bool:
     return True
 
 
-def outcome(run: Running) -> tuple[int, bytes]:
-    """The RESULT status and payload of a finished command."""
+def outcome(run: Running) -> tuple[int, bytes, dict[str, Any] | None]:
+    """The RESULT status, payload and info of a finished command: a non-zero exit is an
+    error with ``check=True``, else an OK result whose info says so (retries use it)."""
     cap = limits.max_output
     out = _read_capture(run.captures["stdout"], cap) if "stdout" in run.captures else None
     err = _read_capture(run.captures["stderr"], cap) if "stderr" in run.captures else None
@@ -283,22 +285,14 @@ def outcome(run: Running) -> tuple[int, bytes]:
     argv = spec["argv"]
     shown: Any = argv[2] if len(argv) == 3 and argv[:2] == ["/bin/sh", "-c"] else argv
     rc = run.status if run.status is not None else -1
+    if rc == 0:
+        res = CommandResult(rc, out, err, shown, time.monotonic() - run.started)
+        return P.OK, pickle.dumps(res, protocol=5), None
+    if spec.get("check"):
+        exc = CommandError(rc, shown, out, err)
+        return P.ERR, exception_payload(exc, ""), failure_info(exc)
     res = CommandResult(rc, out, err, shown, time.monotonic() - run.started)
-    if spec.get("check") and rc != 0:
-        return P.ERR, exception_payload(CommandError(rc, shown, out, err), "")
-    return P.OK, pickle.dumps(res, protocol=5)
-
-
-def check_failure(run: Running) -> BaseException | None:
-    """The CommandError a finished ``check=True`` command failed with, else None (the
-    exception ``outcome`` pickles; built again here only for the RESULT's info)."""
-    spec = run.spec
-    rc = run.status if run.status is not None else -1
-    if not spec.get("check") or rc == 0:
-        return None
-    argv = spec["argv"]
-    shown: Any = argv[2] if len(argv) == 3 and argv[:2] == ["/bin/sh", "-c"] else argv
-    return CommandError(rc, shown)
+    return P.OK, pickle.dumps(res, protocol=5), {"why": f"exit status {rc}", "exit": rc}
 
 
 def timeout_text(run: Running, grace: float) -> str:

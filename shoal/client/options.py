@@ -121,11 +121,7 @@ class KeyCounter:
         entry = self._names.get(id(fn))
         if entry is None or entry[0] is not fn:
             entry = self._names[id(fn)] = (fn, qualified_name(fn) + ":")  # holds fn: id stays
-        base = entry[1] + _sha1(payload).hexdigest()[:16]
-        counts = self._counts
-        n = counts.get(base, 0)
-        counts[base] = n + 1
-        return f"{base}:{n}"
+        return self.key(entry[1] + _sha1(payload).hexdigest()[:16])
 
 
 _sha1 = hashlib.sha1
