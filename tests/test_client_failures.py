@@ -25,9 +25,11 @@ import zmq
 import shoal
 from shoal import Command, Executor, ExecutorError, HeadLost, TaskLost, TaskTimeout
 from shoal.client import options as O
+from shoal.client.encode import Encoder
 from shoal.client.future import ShoalFuture, decode_error, deliver, exception_payload
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
+from shoal.transport.keys import KeyCounter, line_key
 
 from .conftest import pid_alive, wait_gone
 
@@ -88,6 +90,7 @@ class WireHead:
         self.outbox: list[list] = []
         self.beating = True
         self.silent = False
+        self.names: dict = {}  # fid -> qualified name, as SUBMITs carry them
         self.client: bytes | None = None
         self.running = True
         self.thread = threading.Thread(target=self._loop, daemon=True)
@@ -108,6 +111,7 @@ class WireHead:
                     self.kinds.append((time.monotonic(), msg[0]))
                     if msg[0] == P.SUBMIT:
                         self.tasks.extend(msg[1])
+                        self.names.update(msg[4])
                 if self.silent:
                     continue
                 if msg[0] == P.HELLO:
@@ -282,39 +286,57 @@ def test_options_land_in_the_task_on_the_wire(wire):
 
 
 # ---- journal keys -------------------------------------------------------------------------
-def _keys_of_one_run(wire) -> list[str]:
-    head = wire(journal=True)  # a head run with --journal tells its clients
-    with joined(head) as ex:
-        ex.submit(inc, 1)
-        ex.submit(inc, 1)
-        ex.submit(inc, 2)
-        ex.submit(nap, 1)
-        ex.submit(Command(["echo", "hi"]))
-        ex.submit(Command(["echo", "hi"]))
-        ex.submit(Command(["echo", "hi"], cwd="/tmp"))
-        ex.options(key="chosen").submit(inc, 1)
-        ex.map(inc, range(6), chunksize=3)
-        specs = head.wait_tasks(10)
-    return [opts_of(s)["key"] for s in specs]
+def _keys_of_one_run() -> list[str | None]:
+    """Keys the head derives (transport.keys) for what a client's encoder sends."""
+    enc = Encoder(1)
+    specs = [enc.call(inc, (1,), {}, [], 1), enc.call(inc, (1,), {}, [], 1),
+             enc.call(inc, (2,), {}, [], 1), enc.call(nap, (1,), {}, [], 1),
+             enc.command(Command(["echo", "hi"]), []), enc.command(Command(["echo", "hi"]), []),
+             enc.command(Command(["echo", "hi"], cwd="/tmp"), []),
+             enc.call(inc, (1,), {}, [], 1) + [None, {"key": "chosen"}],
+             enc.chunk(inc, [(0,), (1,), (2,)], 1), enc.chunk(inc, [(3,), (4,), (5,)], 1)]
+    funcs, names = enc.take_funcs_and_names()
+    assert set(funcs) == set(names)
+    wire = P.Codec(b"k" * 32)  # through msgpack, as the head receives them
+    _kind, specs, _funcs, _static, names = wire.decode(*wire.encode([P.SUBMIT, specs, funcs, 0, names]))
+    one_by_one = KeyCounter(names)
+    keys = KeyCounter(names).keys(specs)  # the head's loop: the same keys
+    assert keys == [one_by_one.key(spec) for spec in specs]
+    return keys
 
 
-def test_journal_keys_are_distinct_and_the_same_in_a_rerun(wire):
-    first = _keys_of_one_run(wire)
-    assert len(set(first)) == len(first)
+def test_journal_keys_are_distinct_and_the_same_in_a_rerun():
+    first = _keys_of_one_run()
+    assert None not in first and len(set(first)) == len(first)
     name = f"{__name__}.inc"
     assert first[0].startswith(name + ":") and first[0].endswith(":0")
     assert first[1].rsplit(":", 1) == [first[0].rsplit(":", 1)[0], "1"]  # same call, next number
     assert first[4].startswith("cmd:") and first[5].endswith(":1")
     assert first[7] == "chosen"
-    assert _keys_of_one_run(wire) == first
-    assert O.line_key(3, "echo hi") == O.line_key(3, "echo hi") != O.line_key(4, "echo hi")
+    assert _keys_of_one_run() == first
+    assert line_key(3, "echo hi") == line_key(3, "echo hi") != line_key(4, "echo hi")
 
 
-def test_no_keys_without_a_journal(wire):
-    head = wire()
+def test_a_task_the_rule_cannot_name_has_no_key():
+    enc = Encoder(1)
+    spec = enc.call(inc, (1,), {}, [], 1)
+    assert KeyCounter({}).key(spec) is None  # its function's name never came
+    assert KeyCounter({}).key([5, P.CMD, 0, {"argv": "not a list"}, [], 1, -1]) is None
+
+
+@pytest.mark.parametrize("journal", [False, True])
+def test_the_client_sends_names_not_keys(wire, journal):
+    head = wire(journal=journal)  # a journaled head derives the keys itself
     with joined(head) as ex:
         ex.submit(inc, 1)
-        assert len(head.wait_tasks(1)[0]) == 7
+        ex.submit(inc, 2)
+        ex.options(key="mine").submit(nap, 0)
+        specs = head.wait_tasks(3)
+        assert [len(s) for s in specs[:2]] == [7, 7] and opts_of(specs[2]) == {"key": "mine"}
+        assert ex.journal_keys is journal
+        with head.lock:
+            assert head.names == {specs[0][P.T_FID]: f"{__name__}.inc",
+                                  specs[2][P.T_FID]: f"{__name__}.nap"}
 
 
 # ---- liveness against a played head -----------------------------------------------------------
@@ -710,8 +732,8 @@ def test_shoal_run_sends_line_keys_and_policy_and_exits_3_when_the_head_is_lost(
     try:
         specs = head.wait_tasks(2, timeout=60)
         assert [opts_of(s) for s in specs] == [
-            {"retries": 2, "timeout": 5.0, "key": O.line_key(1, "echo a")},
-            {"retries": 2, "timeout": 5.0, "key": O.line_key(3, "echo b")},
+            {"retries": 2, "timeout": 5.0, "key": line_key(1, "echo a")},
+            {"retries": 2, "timeout": 5.0, "key": line_key(3, "echo b")},
         ]
         head.send([P.SHUTDOWN])
         out, err = p.communicate(timeout=60)

@@ -204,11 +204,13 @@ def test_client_loss_stops_its_tasks_and_its_trees_subtasks():
 
 def test_done_keys_only_for_ok_results_with_a_key():
     core = two_agents()
-    core.submit([task(1, opts={"key": "k1"}), task(2, opts={"key": "k2"})], OWNER)
+    core.submit([task(1), task(2), task(3)], OWNER, keys=["k1", "k2", None])
     d = core.finished(A, [[1, P.OK, b"r1", 1, None]])
     assert d.done_keys == [("k1", P.OK, b"r1")]
     d = core.finished(B, [[2, P.ERR, b"e", 1, err_info()]])
     assert d.done_keys == []
+    d = core.finished(A, [[3, P.OK, b"r3", 1, None]])
+    assert d.done_keys == []  # no key: not journaled
 
 
 def test_slots_freed_by_a_lost_client_go_to_the_others_queued_tasks():

@@ -284,7 +284,7 @@ def test_kill_9_of_the_head_then_resume(run, tmp_path):
     conn, head = run.head(db)
     agent = run.agent(conn)
     c1 = RawClient(conn)
-    assert c1.welcome["journal"] is True  # clients in connect mode then send keys
+    assert c1.welcome["journal"] is True  # the head keys connect-mode clients' tasks
     first = tasks(c1)
     c1.submit(first)
     c1.wait_results(10)
@@ -484,6 +484,29 @@ def test_executor_journal_resumes_python_results(tmp_path):
         assert ex.stats()["from_journal"] == 20
     count = lines(tmp_path / "side.txt")
     assert count == Counter({str(i): 1 for i in [*range(20), 100]})
+
+
+def _mixed_run(db: str, side: str) -> tuple[list[Any], int]:
+    from shoal import Command, Executor
+
+    with Executor(workers=2, journal=db) as ex:  # type: ignore[call-arg]
+        futs = [ex.submit(side_effect, side, 7), ex.submit(side_effect, side, 7),  # twice: 2 tasks
+                ex.submit(Command(["sh", "-c", f"echo cmd >> {side}; echo out"]))]
+        mapped = list(ex.map(side_effect, [side] * 6, range(10, 16), chunksize=2))
+        results = [f.result(60) for f in futs]
+        results[2] = results[2].stdout
+        return [*results, mapped], ex.stats()["from_journal"]
+
+
+@needs_client_journal
+def test_executor_journal_keys_calls_commands_and_map_chunks(tmp_path):
+    db, side = str(tmp_path / "run.db"), str(tmp_path / "side.txt")
+    first, reused = _mixed_run(db, side)
+    assert first == [49, 49, b"out\n", [i * i for i in range(10, 16)]] and reused == 0
+    again, reused = _mixed_run(db, side)
+    assert again == first and reused == 3 + 3  # two calls, a command, three chunks
+    assert lines(tmp_path / "side.txt") == Counter({"7": 2, "cmd": 1, **{str(i): 1 for i in range(10, 16)}})
+    assert [(r["ok"], r["reused"]) for r in summary(db)] == [(6, 0), (0, 6)]
 
 
 _PROGRAM = """

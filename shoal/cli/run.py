@@ -177,7 +177,7 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine], er
     )
 
     from shoal import Command, Executor, ExecutorError, HeadLost, as_completed
-    from shoal.client.options import line_key
+    from shoal.transport.keys import line_key
 
     show_progress = sys.stderr.isatty() if args.progress is None else args.progress
     policy: dict[str, Any] = {"retries": args.retries, "task_timeout": args.timeout}

@@ -14,6 +14,7 @@ import cloudpickle
 
 from shoal.client.command import CAPTURE, Command
 from shoal.transport import protocol as P
+from shoal.transport.keys import qualified_name
 
 
 class EncodeError(TypeError):
@@ -28,6 +29,7 @@ class Encoder:
         self.seq = 0
         self._fids: dict[int, tuple[Any, int]] = {}
         self.new_funcs: dict[int, bytes] = {}
+        self.new_names: dict[int, str] = {}  # fid -> "module.qualname": the head's journal keys
 
     def next_tid(self) -> int:
         self.seq += 1
@@ -44,11 +46,19 @@ class Encoder:
         fid = self.next_tid()
         self._fids[id(fn)] = (fn, fid)  # keeps fn alive so id(fn) is not reused
         self.new_funcs[fid] = blob
+        self.new_names[fid] = qualified_name(fn)
         return fid
 
     def take_funcs(self) -> dict[int, bytes]:
         funcs, self.new_funcs = self.new_funcs, {}
+        self.new_names = {}
         return funcs
+
+    def take_funcs_and_names(self) -> tuple[dict[int, bytes], dict[int, str]]:
+        """The functions not sent yet, and their qualified names (SUBMIT's 5th field)."""
+        funcs, self.new_funcs = self.new_funcs, {}
+        names, self.new_names = self.new_names, {}
+        return funcs, names
 
     def call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
              deps: list[int], cores: int) -> list[Any]:

@@ -78,7 +78,7 @@ class Executor(cf.Executor):
         task fails with :class:`TaskLost` (default 3); the head's ``--crash-limit``.
     :param journal: SQLite file of the local head's journal: a rerun of the same program
         skips the tasks it finished and takes their results from it (every task gets a
-        key, see :mod:`shoal.client.options`); the head's ``--journal`` in connect mode.
+        key, see :mod:`shoal.transport.keys`); the head's ``--journal`` in connect mode.
     """
 
     def __init__(
@@ -142,7 +142,7 @@ class Executor(cf.Executor):
         self._requests: list[tuple[list[Any], threading.Event, list[Any]]] = []
         self._req_ids = itertools.count(1)
         self._waiting_replies: dict[int, tuple[threading.Event, list[Any]]] = {}
-        self._keys: O.KeyCounter | None = O.KeyCounter() if journal is not None else None
+        self._journal = journal is not None  # or a `shoal head --journal` says so on WELCOME
         self._heartbeat_s = HEARTBEAT_S
         self._timeout_s = TIMEOUT_S
         self._shutdown = False
@@ -220,7 +220,7 @@ class Executor(cf.Executor):
         ``timeout``: seconds one attempt may run (default: the executor's
         ``task_timeout``); past it the attempt is killed and fails with :class:`TaskTimeout`.
         ``key``: the task's identity in the journal (default: derived from the call, see
-        :mod:`shoal.client.options`); give it to ``submit``, it names one task.
+        :mod:`shoal.transport.keys`); give it to ``submit``, it names one task.
         """
         if agent is not None and prefer is not None:
             raise ValueError("give agent= or prefer=, not both")
@@ -280,9 +280,9 @@ class Executor(cf.Executor):
 
     @property
     def journal_keys(self) -> bool:
-        """True when tasks carry journal keys: this run has a journal (``journal=``, or a
-        ``shoal head --journal`` that said so when this executor joined)."""
-        return self._keys is not None
+        """True when this run has a journal (``journal=``, or a ``shoal head --journal``
+        that said so when this executor joined): the head keys its tasks."""
+        return self._journal
 
     @property
     def slots(self) -> int:
@@ -316,11 +316,8 @@ class Executor(cf.Executor):
             if failed is not None:
                 fut.set_exception(failed)
                 return fut
-            if key is None and self._keys is not None:
-                key = (self._keys.key(_command_base(fn)) if isinstance(fn, Command)
-                       else self._keys.call_key(fn, spec[3]))
-            if key is not None:
-                opts = O.with_key(opts, key)
+            if key is not None:  # a given key; the head derives the others (transport.keys)
+                opts = {"key": key} if opts is None else {**opts, "key": key}
             if opts is not None:
                 spec += (place, opts)
             elif place is not None:
@@ -351,7 +348,6 @@ class Executor(cf.Executor):
             if self._error is not None:
                 raise self._error
             enc = self._encoder
-            keys = self._keys
             out = self._pending_static if self._static else self._pending
             for start in range(0, len(items), chunksize):
                 part = items[start : start + chunksize]
@@ -367,11 +363,8 @@ class Executor(cf.Executor):
                     futs.append(fut)
                     continue
                 fut = ShoalFuture(spec[0], self)
-                task_opts = opts
-                if keys is not None:
-                    task_opts = O.with_key(opts, keys.call_key(fn, spec[3]))
-                if task_opts is not None:
-                    spec += (place, task_opts)
+                if opts is not None:
+                    spec += (place, opts)
                 elif place is not None:
                     spec.append(place)
                 if failed is not None:
@@ -452,17 +445,19 @@ class Executor(cf.Executor):
                     batch, self._pending = self._pending, []
                     sbatch, self._pending_static = self._pending_static, []
                     reqs, self._requests = self._requests, []
-                    funcs = self._encoder.take_funcs() if (batch or sbatch) else None
+                    funcs, names = (self._encoder.take_funcs_and_names() if (batch or sbatch)
+                                    else (None, None))
                     idle = not (batch or sbatch or reqs)
                     if idle:
                         self._io_sleeping = True
                     closing = self._closed
                 if not idle:
                     if batch:
-                        send(codec.encode([P.SUBMIT, batch, funcs, 0]), copy=False)
-                        funcs = None
+                        send(codec.encode([P.SUBMIT, batch, funcs, 0, names]), copy=False)
+                        funcs = names = None
                     if sbatch:
-                        send(codec.encode([P.SUBMIT, sbatch, funcs or {}, 1]), copy=False)
+                        send(codec.encode([P.SUBMIT, sbatch, funcs or {}, 1, names or {}]),
+                             copy=False)
                     for msg, ev, box in reqs:
                         rid = next(self._req_ids)
                         self._waiting_replies[rid] = (ev, box)
@@ -515,8 +510,8 @@ class Executor(cf.Executor):
                             beat = self._heartbeat_s = float(info.get("heartbeat_s") or HEARTBEAT_S)
                             silence = self._timeout_s = float(info.get("timeout_s") or TIMEOUT_S)
                             next_check = min(next_check, time.monotonic() + beat)
-                            if info.get("journal") and self._keys is None:
-                                self._keys = O.KeyCounter()  # a `shoal head --journal` run
+                            if info.get("journal"):
+                                self._journal = True
                             welcomed = True
                             self._welcome.set()
                         elif kind == P.SHUTDOWN:
@@ -620,10 +615,6 @@ class _Options:
             raise ValueError("options(key=...) names one task: use it with submit, not map")
         return self._ex._map(fn, iterables, timeout, chunksize, self._after, self._cores,
                              self._place, self._opts)
-
-
-def _command_base(cmd: Command) -> str:
-    return f"cmd:{O.command_digest(cmd.argv(), cmd.cwd, cmd.env)}"
 
 
 def _dep_ids(ex: Any, after: tuple[cf.Future, ...]) -> tuple[list[int], BaseException | None]:

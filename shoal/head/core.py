@@ -78,7 +78,7 @@ _STATUS_WORD = {ERR: "raised", LOST: "lost", TIMEOUT: "timed out", OK: "exited n
 
 class Task:
     __slots__ = ("tid", "spec", "owner", "state", "agent", "cores", "ndeps", "dependents", "static",
-                 "place", "hard", "opts", "crashes", "failures", "history")
+                 "place", "hard", "opts", "crashes", "failures", "history", "key")
 
     def __init__(self, tid: int, spec: list[Any], owner: bytes, static: bool,
                  owner_num: int | None) -> None:
@@ -103,6 +103,7 @@ class Task:
         self.crashes = 0       # attempts lost in a row
         self.failures = 0      # attempts that raised, timed out or exited non-zero
         self.history: list[str] | None = None   # one line per failed attempt
+        self.key: str | None = None  # journal key (given by the submitter or derived by the head)
         if spec[T_PLACE]:
             name, hard = spec[T_PLACE]
             self.place = name.encode() if isinstance(name, str) else name
@@ -135,7 +136,7 @@ class Decisions:
     resolve: dict[bytes, list[list[Any]]] = field(default_factory=dict)
     # agent -> tids to cancel there (best effort: not yet started)
     revoke: dict[bytes, list[int]] = field(default_factory=dict)
-    # (journal key, status, payload) of resolved tasks that carry opts["key"], in order
+    # (journal key, status, payload) of resolved tasks that have a key, in order
     done_keys: list[tuple[str, int, bytes]] = field(default_factory=list)
     # (delay in seconds, tid): retries to requeue (``SchedulerCore.requeue``) after a delay
     later: list[tuple[float, int]] = field(default_factory=list)
@@ -297,16 +298,19 @@ class SchedulerCore:
 
     # ---- tasks --------------------------------------------------------------------
     def submit(self, specs: list[list[Any]], owner: bytes, static: bool = False,
-               owner_num: int | None = None) -> Decisions:
+               owner_num: int | None = None, keys: list[str | None] | None = None) -> Decisions:
         """New tasks of ``owner`` (a client, or an agent for its workers' sub-tasks).
         ``owner_num``: the client number stamped on the specs (None: the specs carry it,
-        as an agent stamps its workers' sub-tasks)."""
+        as an agent stamps its workers' sub-tasks). ``keys``: the tasks' journal keys, one
+        per spec (None: not journaled); a task that finishes OK lands in ``done_keys``."""
         d = Decisions()
         tasks = self.tasks
         fresh: list[Task] = []
-        for spec in specs:
+        for i, spec in enumerate(specs):
             task = Task(spec[T_ID], spec, owner, static, owner_num)
             tasks[task.tid] = task
+            if keys is not None:
+                task.key = keys[i]
             deps = spec[T_DEPS]
             if deps:
                 bad = self._wire_deps(task, deps)
@@ -572,11 +576,8 @@ class SchedulerCore:
             else:
                 item = [task.tid, status, payload, num, task.history]
             d.result(task.owner, item)
-        opts = task.opts
-        if journal and opts is not None and status == OK:
-            key = opts.get("key")
-            if key:
-                d.done_keys.append((key, status, payload))
+        if journal and task.key is not None and status == OK:
+            d.done_keys.append((task.key, status, payload))
         if status != 0:
             self.failed[task.tid] = status
         if task.dependents:

@@ -22,6 +22,7 @@ from shoal.head.core import T_FID, T_KIND, Decisions, SchedulerCore
 from shoal.head.journal import Journal, JournalError
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
+from shoal.transport.keys import KeyCounter, given_key
 from shoal.transport.session import HeadSessions, NoSession, secure_server
 
 log = logging.getLogger("shoal.head")
@@ -33,7 +34,7 @@ EVICT_EVERY_S = 1.0        # at most one EVICTED per second to a peer we do not 
 
 
 class Peer:
-    __slots__ = ("ident", "role", "sent_fids", "last_seen", "slots", "info", "num")
+    __slots__ = ("ident", "role", "sent_fids", "last_seen", "slots", "info", "num", "keys")
 
     def __init__(self, ident: bytes, role: str, info: dict[str, Any]) -> None:
         self.ident = ident
@@ -43,6 +44,7 @@ class Peer:
         self.slots = int(info.get("slots", 0))
         self.info = info
         self.num = 0  # agents: a small number stamped on the results they return
+        self.keys: KeyCounter | None = None  # clients, while journaled: their tasks' keys
 
 
 class Head:
@@ -172,10 +174,10 @@ class Head:
             funcs = msg[2]
             if funcs:
                 self.funcs.update(funcs)
-            specs = msg[1]
+            specs, keys = msg[1], None
             if self.journal is not None:  # journal: answer keys that finished OK before
-                specs = self._journal_submit(ident, specs)
-            self._apply(self.core.submit(specs, ident, static=bool(msg[3]),
+                specs, keys = self._journal_submit(peer, specs, msg[4] if len(msg) > 4 else None)
+            self._apply(self.core.submit(specs, ident, static=bool(msg[3]), keys=keys,
                                          owner_num=peer.num if peer.role == "client" else None))
         elif kind == P.RETURN:
             self._apply(self.core.returned(ident, msg[1]))
@@ -379,37 +381,53 @@ class Head:
                 self._send(agent, [P.TASKS, specs, funcs])
 
     # ---- journal (shoal.head.journal) -------------------------------------------------
-    def _journal_submit(self, owner: bytes, specs: list[list[Any]]) -> list[list[Any]]:
+    def _journal_submit(self, peer: Peer, specs: list[list[Any]], names: dict[int, str] | None,
+                        ) -> tuple[list[list[Any]], list[str | None]]:
         """Resolve at once the keyed tasks that finished OK in an earlier run; note the
-        others as submitted; return the specs the core must schedule. A task id the core
-        never saw counts as succeeded, so dependents of an answered task run."""
+        others as submitted; return the specs the core must schedule and their keys. A
+        client's tasks are keyed by the rule of :mod:`shoal.transport.keys` (``names``: its
+        functions' names, sent once each); sub-tasks from agents only by a key their
+        submitter gave. A task id the core never saw counts as succeeded, so dependents of
+        an answered task run."""
         journal = self.journal
         assert journal is not None
+        if peer.role == "client":
+            counter = peer.keys
+            if counter is None:
+                counter = peer.keys = KeyCounter({})
+            if isinstance(names, dict):
+                counter.add_names(names)
+            keys = counter.keys(specs)
+        else:
+            keys = [given_key(spec) for spec in specs]
         if not journal.resumable:  # nothing to look up: only note the keys
-            journal.submitted([key for spec in specs if (key := _journal_key(spec))])
-            return specs
-        keyed = [(spec, key) for spec in specs if (key := _journal_key(spec))]
-        if not keyed:
-            return specs
+            journal.submitted([key for key in keys if key is not None])
+            return specs, keys
+        wanted = [key for key in keys if key is not None]
+        if not wanted:
+            return specs, keys
         try:
-            found = journal.lookup([key for _spec, key in keyed])
+            found = journal.lookup(wanted)
         except JournalError as exc:
             self._journal_failed(exc)
-            return specs
+            return specs, keys
         if found:
-            out = self._out_results[owner]
-            answered: set[int] = set()
-            for spec, key in keyed:
-                payload = found.get(key)
+            out = self._out_results[peer.ident]
+            kept: list[list[Any]] = []
+            kept_keys: list[str | None] = []
+            for spec, key in zip(specs, keys, strict=True):
+                payload = found.get(key) if key is not None else None
                 if payload is not None:
                     out.append([spec[P.T_ID], P.OK, payload, 0, None])
-                    answered.add(spec[P.T_ID])
-            self.from_journal += len(answered)
-            journal.answered(len(answered))
-            specs = [spec for spec in specs if spec[P.T_ID] not in answered]
-            keyed = [(spec, key) for spec, key in keyed if spec[P.T_ID] not in answered]
-        journal.submitted([key for _spec, key in keyed])
-        return specs
+                else:
+                    kept.append(spec)
+                    kept_keys.append(key)
+            answered = len(specs) - len(kept)
+            self.from_journal += answered
+            journal.answered(answered)
+            specs, keys = kept, kept_keys
+        journal.submitted([key for key in keys if key is not None])
+        return specs, keys
 
     def _journal_commit(self) -> None:
         try:
@@ -459,10 +477,3 @@ class Head:
             "bad_messages": self.bad_messages,
             "from_journal": self.from_journal,
         }
-
-
-def _journal_key(spec: list[Any]) -> str | None:
-    """The task's journal key (opts["key"]), or None; a malformed one is ignored."""
-    opts = spec[P.T_OPTS] if len(spec) > P.T_OPTS else None
-    key = opts.get("key") if isinstance(opts, dict) else None
-    return key if isinstance(key, str) and key else None
