@@ -94,7 +94,7 @@ def slurm(env: Mapping[str, str]) -> Allocation:
     end = env.get("SLURM_JOB_END_TIME")
     return Allocation(
         kind="slurm",
-        nodes=tuple(Node(n, c, gpus) for n, c in zip(names, cpus)),
+        nodes=tuple(Node(n, c, gpus) for n, c in zip(names, cpus, strict=True)),
         job_id=env.get("SLURM_JOB_ID"),
         end_time=float(end) if end and end.isdigit() and int(end) > 0 else None,
         source="SLURM_JOB_NODELIST",
