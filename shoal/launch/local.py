@@ -26,12 +26,15 @@ class LocalCluster:
     """Head + agent subprocesses of one Executor.
 
     ``heartbeat_timeout``, ``crash_limit`` and ``journal`` become the head's
-    ``--heartbeat-timeout``, ``--crash-limit`` and ``--journal`` (only when given).
+    ``--heartbeat-timeout``, ``--crash-limit`` and ``--journal`` (only when given);
+    ``gpus`` and ``memory`` (bytes) the agent's ``--gpus`` and ``--memory`` (only when
+    given: otherwise the agent detects its GPUs and does not count memory).
     """
 
     def __init__(self, workers: int | None = None, slots: int | None = None, prefetch: int = 1,
                  *, heartbeat_timeout: float | None = None, crash_limit: int | None = None,
-                 journal: str | None = None) -> None:
+                 journal: str | None = None, gpus: int | None = None,
+                 memory: int | None = None) -> None:
         ncpu = os.cpu_count() or 1
         if slots is None:
             slots = workers if workers else ncpu
@@ -57,6 +60,11 @@ class LocalCluster:
             policy += ["--crash-limit", str(crash_limit)]
         if journal is not None:
             policy += ["--journal", os.path.abspath(journal)]
+        resources: list[str] = []
+        if gpus is not None:
+            resources += ["--gpus", str(gpus)]
+        if memory is not None:
+            resources += ["--memory", str(memory)]
         self.head = subprocess.Popen(
             [py, "-m", "shoal.head", "--connection", self.connfile, "--owner-pid", me,
              "--prefetch", str(prefetch), "--exit-when-idle", "--quiet", "--remove-dir", *policy],
@@ -65,7 +73,7 @@ class LocalCluster:
         self.agent = subprocess.Popen(
             [py, "-m", "shoal.agent", "--connection", self.connfile, "--owner-pid", me,
              "--slots", str(slots), "--workers", str(self.workers), "--sys-path", path,
-             "--quiet"],
+             "--quiet", *resources],
             **common,
         )
         self._stopped = False
