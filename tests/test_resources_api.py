@@ -91,3 +91,107 @@ def test_wait_for_agents(head):
         assert len(ex.agents()) == 2
     with pytest.raises(TimeoutError, match=r"for 3 agents .*: 2 joined \((first|second) on "):
         Executor(connect=str(connfile), min_agents=3, start_timeout=0.5)
+
+
+# ---- resources end to end: a real head and agents (the head counts, the agent assigns) ----
+
+def windows(results) -> list[tuple[str, float, float]]:
+    """(what the command saw, start, end) of commands printed by ``timed``."""
+    out = []
+    for r in results:
+        seen, start, end = r.stdout.decode().split()
+        out.append((seen, float(start), float(end)))
+    return out
+
+
+def timed(show: str, seconds: float = 0.5) -> Command:
+    """A command that prints ``show`` (expanded by sh) and when it ran."""
+    return Command(f's=$(date +%s.%N); sleep {seconds}; echo "{show}" $s $(date +%s.%N)')
+
+
+def most_at_once(spans: list[tuple[float, float]]) -> int:
+    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    now = top = 0
+    for _, step in edges:
+        now += step
+        top = max(top, now)
+    return top
+
+
+def overlap(a: tuple[str, float, float], b: tuple[str, float, float]) -> bool:
+    return a[1] < b[2] and b[1] < a[2]
+
+
+def test_gpu_tasks_each_see_only_their_own_device(head):
+    """An agent told --gpus 4: eight one-GPU commands each see exactly one device (in
+    every vendor's variable), no two running at once share one, and four run side by side."""
+    connfile, _, add_agent = head
+    add_agent("--slots", "8", "--workers", "0", "--gpus", "4")
+    with Executor(connect=str(connfile), min_agents=1) as ex:
+        assert [a.gpus for a in ex.agents()] == [4]
+        futs = [ex.options(gpus=1).submit(
+            timed("$CUDA_VISIBLE_DEVICES|$ROCR_VISIBLE_DEVICES|$ZE_AFFINITY_MASK", 0.6))
+            for _ in range(8)]
+        runs = windows(f.result(60) for f in futs)
+    for seen, _, _ in runs:
+        cuda, rocr, ze = seen.split("|")
+        assert cuda in {"0", "1", "2", "3"} and rocr == cuda and ze == cuda, seen
+    for i, a in enumerate(runs):
+        for b in runs[i + 1:]:
+            assert not (overlap(a, b) and a[0] == b[0]), (a, b)
+    assert 2 <= most_at_once([(s, e) for _, s, e in runs]) <= 4, runs
+
+
+def test_impossible_requests_fail_at_once_and_the_run_goes_on(head):
+    connfile, _, add_agent = head
+    add_agent("--slots", "2", "--workers", "1", "--gpus", "0", "--memory", "1G")
+    with Executor(connect=str(connfile), min_agents=1) as ex:
+        t0 = time.monotonic()
+        gpu_cmd = ex.options(gpus=2).submit(Command("echo never"))
+        gpu_call = ex.options(gpus=1).submit(pow, 2, 2)
+        too_big = ex.options(memory="2G").submit(Command("echo never"))
+        too_many = ex.options(cores=3).submit(Command("echo never"))
+        for fut, words in ((gpu_cmd, ("2", "gpu")), (gpu_call, ("1", "gpu")),
+                           (too_big, ("memory",)), (too_many, ("3", "core"))):
+            exc = fut.exception(30)
+            assert exc is not None, fut.result()
+            text = str(exc).lower()
+            assert all(w in text for w in words), text
+        assert time.monotonic() - t0 < 10
+        assert ex.submit(Command("echo fine")).result(30).stdout == b"fine\n"
+        assert ex.submit(pow, 2, 3).result(30) == 8
+
+
+def test_memory_is_counted(head):
+    """An agent of 1 GiB: tasks of 512 MiB run at most two at a time, though slots allow 4."""
+    connfile, _, add_agent = head
+    add_agent("--slots", "4", "--workers", "0", "--memory", "1G")
+    with Executor(connect=str(connfile), min_agents=1) as ex:
+        assert [a.memory for a in ex.agents()] == [1 << 30]
+        runs = windows(f.result(60) for f in
+                       [ex.options(memory="512M").submit(timed("m", 0.5)) for _ in range(4)])
+        plain = windows(f.result(60) for f in [ex.submit(timed("p", 0.5)) for _ in range(4)])
+    assert most_at_once([(s, e) for _, s, e in runs]) == 2, runs
+    assert most_at_once([(s, e) for _, s, e in plain]) >= 2, plain  # the slots do allow more
+
+
+def test_an_exclusive_task_runs_alone(head):
+    connfile, _, add_agent = head
+    add_agent("--slots", "4", "--workers", "0")
+    with Executor(connect=str(connfile), min_agents=1) as ex:
+        futs = [ex.submit(timed("small", 0.5)) for _ in range(2)]
+        futs.append(ex.options(exclusive=True).submit(timed("alone", 0.5)))
+        futs += [ex.submit(timed("small", 0.5)) for _ in range(2)]
+        runs = windows(f.result(60) for f in futs)
+    alone = [r for r in runs if r[0] == "alone"][0]
+    small = [r for r in runs if r[0] == "small"]
+    assert not any(overlap(alone, s) for s in small), runs
+    assert most_at_once([(s, e) for _, s, e in small]) >= 2, runs
+
+
+def test_local_default_offers_the_gpus_it_is_told():
+    with Executor(workers=1, slots=2, gpus=2) as ex:
+        assert [a.gpus for a in ex.agents()] == [2]
+        r = ex.options(gpus=1).submit(Command('echo "$CUDA_VISIBLE_DEVICES"')).result(30)
+        assert r.stdout.strip() in (b"0", b"1")
+        assert "gpu" in str(ex.options(gpus=3).submit(Command("true")).exception(30)).lower()
