@@ -274,8 +274,9 @@ def test_bound_spawn_binds_only_the_child():
     assert os.sched_getaffinity(0) == before
 
 
+# one write per line: MPI forwards each rank's output in the pieces it was written in
 MPI_HELLO = ("import os; from mpi4py import MPI; c = MPI.COMM_WORLD; "
-             "print('rank', c.Get_rank(), c.Get_size(), os.getpid(), flush=True)")
+             "os.write(1, f'rank {c.Get_rank()} {c.Get_size()}\\n'.encode())")
 MPI_ENV = {"OMPI_MCA_btl": "self,tcp"}  # no shared-memory segments: tests run side by side
 
 

@@ -508,15 +508,13 @@ class Agent(WorkerPool, HeadLink, Stopping):
         if gpus:
             forced = resources.gpu_env(gpus)
         argv = None
-        hostfile = None
         try:
             if err is not None:
                 raise err
             if hosts is not None:
                 pass_env = [*(payload.get("env") or {}), *(defaults or {}), *(forced or {})]
-                hostfile = f"{self.tmpdir}/hosts-{spec[0] & 0xFFFFFFFFFFFF:x}"
                 argv, extra = resources.mpi_command(
-                    payload["argv"], hosts, self.mpi_launcher, self.base_env, pass_env, hostfile)
+                    payload["argv"], hosts, self.mpi_launcher, self.base_env, pass_env)
                 forced = {**(forced or {}), **extra}
             run = launcher.spawn(spec[0], payload, need, self.base_env, defaults=defaults,
                                  forced=forced, cpus=cpus, argv=argv)
@@ -634,11 +632,6 @@ class Agent(WorkerPool, HeadLink, Stopping):
         self.cmd_cores -= run.cores
         if run.cpus or run.gpus:
             self.placer.give_back(run.cpus, run.gpus)
-        if run.mpi:
-            try:
-                os.unlink(f"{self.tmpdir}/hosts-{run.tid & 0xFFFFFFFFFFFF:x}")
-            except FileNotFoundError:
-                pass
         if run.stopping == "drop":  # cancelled, evicted or handed back: no result
             launcher.release(run)
             return
@@ -874,6 +867,16 @@ class Agent(WorkerPool, HeadLink, Stopping):
                 except (ProcessLookupError, ChildProcessError):
                     pass
         for run in list(self.commands.values()):
+            while run.kill_at > 0 and time.monotonic() < run.kill_at:  # an MPI launcher:
+                try:                                                    # SIGTERMed, may stop
+                    if os.waitpid(run.pid, os.WNOHANG)[0]:
+                        break
+                except ChildProcessError:
+                    break
+                time.sleep(0.02)
+            else:
+                if run.kill_at > 0:
+                    launcher.kill(run)  # its grace is over: SIGKILL
             try:
                 os.waitpid(run.pid, 0)
             except ChildProcessError:

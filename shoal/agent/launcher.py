@@ -82,13 +82,13 @@ def _stdin_devnull() -> int:
 
 
 def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], *,
-          defaults: dict[str, str] | None = None, forced: dict[str, str] | None = None,
+          defaults: dict[str, str] | None = None, forced: dict[str, str | None] | None = None,
           cpus: list[int] | None = None, argv: list[str] | None = None) -> Running:
     """Start a command; raises LaunchError with a clear message if it cannot start.
 
     The slow path of tasks with resources (shoal.agent.resources) passes ``defaults``
     (variables the task's own env may override: OMP_NUM_THREADS), ``forced`` (variables it
-    may not: its GPU devices), ``cpus`` (bind it to these CPU ids) and ``argv`` (the command
+    may not: its GPU devices; None unsets one), ``cpus`` (bind it to these CPU ids) and ``argv`` (the command
     as an MPI launcher runs it).
     """
     if argv is None:
@@ -105,8 +105,11 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], 
                 env.pop(k, None)
             else:
                 env[k] = str(v)
-        if forced:
-            env.update(forced)
+        for k, v in (forced or {}).items():
+            if v is None:
+                env.pop(k, None)
+            else:
+                env[k] = v
     captures: dict[str, int] = {}
     opened: list[int] = []
     actions: list[tuple[Any, ...]] = []
@@ -349,8 +352,8 @@ def kill(run: Running, sig: int = signal.SIGKILL) -> None:
     """Signal the command's whole process group. An MPI launcher asked to die gets SIGTERM
     first (mpirun and srun then stop every rank, on every node; a SIGKILLed one would leave
     the remote ranks behind) and SIGKILL ``MPI_KILL_GRACE`` seconds later
-    (``kill_overdue``)."""
-    if run.mpi and sig == signal.SIGKILL and not run.kill_at:
+    (``kill_overdue``), unless its time limit's SIGTERM went already."""
+    if run.mpi and sig == signal.SIGKILL and not run.kill_at and not run.term_sent:
         run.kill_at = time.monotonic() + MPI_KILL_GRACE
         sig = signal.SIGTERM
     try:

@@ -277,10 +277,11 @@ def mpi_hosts(opts: dict, cores: int, node: str) -> list[tuple[str, int, int]]:
 
 
 def mpi_command(argv: list[str], hosts: list[tuple[str, int, int]], launcher: str,
-                env: Mapping[str, str], pass_env: list[str], hostfile: str
-                ) -> tuple[list[str], dict[str, str]]:
+                env: Mapping[str, str], pass_env: list[str]
+                ) -> tuple[list[str], dict[str, str | None]]:
     """The argv that runs ``argv`` as an MPI job over exactly ``hosts`` (their names and
-    rank counts), and the variables the launcher needs; MpiError when it cannot run here.
+    rank counts), and the variables the launcher needs (None: unset it); MpiError when it
+    cannot run here.
 
     - ``mpirun`` (OpenMPI, the default): ``--host n1:2,n2:2 -n 4 --bind-to none``; the
       task's variables travel with ``-x`` (under ssh launch they would not otherwise);
@@ -288,11 +289,12 @@ def mpi_command(argv: list[str], hosts: list[tuple[str, int, int]], launcher: st
       ``srun``, told to overlap the agents' own step (``SLURM_OVERLAP``), and the slots come
       from ``--host`` alone (``OMPI_MCA_ras=^slurm``: the step says one per node).
     - ``srun`` (``shoal agent --mpi-launcher srun``, under Slurm): ``--overlap
-      --nodelist=n1,n2 --ntasks=4 --distribution=arbitrary`` with a ``SLURM_HOSTFILE`` of
-      one line per rank (written to ``hostfile``), so each node gets exactly its ranks.
+      --nodelist=n1,n1,n2,n2 --ntasks=4 --distribution=arbitrary`` (a node named once per
+      rank: each node gets exactly its ranks, even uneven counts). The MPI plug-in is the
+      site's (``MpiDefault``, or ``SLURM_MPI_TYPE=pmix`` in the agent's environment).
     """
     ranks = sum(n for _, n, _ in hosts)
-    extra: dict[str, str] = {}
+    extra: dict[str, str | None] = {}
     path = env.get("PATH", os.defpath)
     if launcher == "srun":
         if shutil.which("srun", path=path) is None:
@@ -301,14 +303,13 @@ def mpi_command(argv: list[str], hosts: list[tuple[str, int, int]], launcher: st
         if not env.get("SLURM_JOB_ID"):
             raise MpiError(f"this task asks for {ranks} MPI ranks, launched with srun "
                            "(--mpi-launcher srun), but this agent runs outside a Slurm job")
-        with open(hostfile, "w") as fh:
-            fh.write("".join(f"{name}\n" for name, n, _ in hosts for _ in range(n)))
-        extra["SLURM_HOSTFILE"] = hostfile
+        # the agents' own step said one task per node: not this step's business
+        extra["SLURM_NTASKS_PER_NODE"] = None
         cpt = max(c for _, _, c in hosts)
-        names = ",".join(dict.fromkeys(name for name, _, _ in hosts))
-        return ["srun", "--overlap", f"--nodelist={names}", f"--nodes={len(hosts)}",
-                f"--ntasks={ranks}", "--distribution=arbitrary", f"--cpus-per-task={cpt}",
-                "--cpu-bind=none", "--kill-on-bad-exit=1", *argv], extra
+        names = ",".join(name for name, n, _ in hosts for _ in range(n))
+        return ["srun", "--overlap", f"--nodelist={names}", f"--ntasks={ranks}",
+                "--distribution=arbitrary", f"--cpus-per-task={cpt}", "--kill-on-bad-exit=1",
+                *argv], extra
     if launcher != "mpirun":
         raise MpiError(f"MPI launcher {launcher!r}: expected one of {', '.join(MPI_LAUNCHERS)}")
     if shutil.which("mpirun", path=path) is None:
