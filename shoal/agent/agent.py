@@ -38,7 +38,7 @@ from typing import Any
 import zmq
 
 from shoal._sys import alive, set_parent_death_signal
-from shoal.agent import launcher
+from shoal.agent import launcher, resources
 from shoal.agent.failures import OomWatch, failure_info, text_info
 from shoal.agent.headlink import (
     EXIT_OK,
@@ -65,6 +65,7 @@ QUEUE_MAX = 1000
 # goes at once, results in a stream wait for company. Short commands finish one by one,
 # and a message per result would cost the head and the client more than the commands.
 RESULTS_DELAY_S = 0.002
+HELD_SCAN = 64  # commands waiting for GPUs that later ones may pass, per pass of dispatch
 RESULTS_BATCH = 256
 HELLO_AGAIN_S = 5.0      # while waiting for a restarted head, say HELLO again this often
 T_OPTS, T_ATTEMPT, T_OWNER = P.T_OPTS, P.T_ATTEMPT, P.T_OWNER
@@ -88,6 +89,10 @@ class Agent(WorkerPool, HeadLink, Stopping):
         drain_timeout: float = 60.0,
         walltime: float | None = None,
         server_key: str | None = None,
+        gpus: str | None = None,
+        memory: int | None = None,
+        mpi_launcher: str = "mpirun",
+        idle_timeout: float | None = None,
     ) -> None:
         self.address = address
         self.key = key
@@ -99,7 +104,21 @@ class Agent(WorkerPool, HeadLink, Stopping):
         # the workers' channel keeps the key they were forked with, whatever the head's
         self.worker_key = key
         self.wcodec = P.Codec(key)
-        self.slots = slots or os.cpu_count() or 1
+        # Cores, GPUs, memory and node name (shoal.agent.resources): the flags, else the
+        # allocation's share of this node, else the machine. ValueError: a bad flag.
+        self.capacity = resources.capacity(slots, gpus, memory)
+        self.slots = self.capacity.slots
+        self.placer = resources.Placer(self.slots, self.capacity.gpus)
+        if mpi_launcher not in resources.MPI_LAUNCHERS:
+            raise ValueError(f"--mpi-launcher {mpi_launcher!r}: expected one of "
+                             f"{', '.join(resources.MPI_LAUNCHERS)}")
+        self.mpi_launcher = mpi_launcher
+        if idle_timeout is not None and not idle_timeout > 0:
+            raise ValueError(f"--idle-timeout {idle_timeout:g}: must be more than 0 seconds")
+        self.idle_timeout = idle_timeout
+        self.idle_since = time.monotonic()
+        self.gpu_py: deque[list[Any]] = deque()  # Python tasks with GPUs, not given out yet
+        self.py_gpu_held: dict[int, tuple[WorkerHandle, list[str]]] = {}  # tid -> worker, ids
         self.nworkers = self.slots if workers is None else min(workers, self.slots)
         host = socket.gethostname()
         self.name = name or f"agent-{host}-{os.getpid()}-{secrets.token_hex(2)}"
@@ -177,6 +196,9 @@ class Agent(WorkerPool, HeadLink, Stopping):
             for spec in msg[1]:
                 if spec[P.T_KIND] == P.CMD:
                     self.cmd_queue.append(spec)
+                elif len(spec) > T_OPTS and spec[T_OPTS] and spec[T_OPTS].get("gpus"):
+                    need_workers = True
+                    self.gpu_py.append(spec)  # waits for an idle worker and free devices
                 else:
                     need_workers = True
                     hint = spec[P.T_HINT]
@@ -388,14 +410,35 @@ class Agent(WorkerPool, HeadLink, Stopping):
                     if not w.tasks and w.owner is not None and w.credit:
                         self._recycle(w)
                         free -= 1
-        # Commands when cores are free, in order (free cores counted once per pass).
+        if self.gpu_py or self.py_gpu_held:
+            self._dispatch_gpu_python()
+        # Commands when cores are free, in order (free cores counted once per pass). One
+        # waiting for GPU devices held by others lets the ones behind it pass (at most
+        # HELD_SCAN of them are skipped per pass).
         free = self._free_cores() if self.cmd_queue else 0
-        while self.cmd_queue:
-            spec = self.cmd_queue[0]
+        queue = self.cmd_queue
+        skip = 0
+        while skip < len(queue):
+            spec = queue[skip]
             cores = spec[5] or 1
+            if cores > 1 or len(spec) > T_OPTS and spec[T_OPTS]:
+                # the slow path: resources to place (cores to bind, GPUs, MPI ranks)
+                used = self._start_placed(spec, cores, free, skip)
+                if used is None:  # waits for GPU devices
+                    skip += 1
+                    if skip >= HELD_SCAN:
+                        break
+                    continue
+                if used < 0:
+                    break      # not enough free cores: wait, in order
+                free -= used
+                continue
             if cores > free:
                 break
-            self.cmd_queue.popleft()
+            if skip:
+                del queue[skip]
+            else:
+                queue.popleft()
             try:
                 run = launcher.spawn(spec[0], spec[3], cores, self.base_env)
             except launcher.LaunchError as exc:
@@ -410,6 +453,172 @@ class Agent(WorkerPool, HeadLink, Stopping):
             if len(spec) > P.T_OPTS and spec[P.T_OPTS]:
                 self._command_limit(run, self._time_limit(spec))
 
+    def _start_placed(self, spec: list[Any], cores: int, free: int, index: int) -> int | None:
+        """Start the command at ``cmd_queue[index]`` with its resources: its own CPUs (bound
+        when binding applies) and OMP_NUM_THREADS for more than one core, exactly its GPU
+        devices, its MPI ranks over the hosts the head placed them on.
+
+        Returns the cores it took here (0: it failed to start, its result is sent), -1 when
+        fewer than it needs are free (it stays queued), None when it waits for GPUs.
+        """
+        opts = spec[T_OPTS] if len(spec) > T_OPTS and spec[T_OPTS] else {}
+        payload = spec[3]
+        hosts = None
+        try:
+            if opts.get("ranks"):
+                hosts = resources.mpi_hosts(opts, cores, self.capacity.node)
+                if hosts[0][0] != self.capacity.node:
+                    log.warning("task %#x: MPI placement %r does not start on this node (%s)",
+                                spec[0], hosts, self.capacity.node)
+                ranks_here, cores = hosts[0][1], hosts[0][2]
+            else:
+                ranks_here = 1
+        except resources.MpiError as exc:
+            ranks_here, cores = 1, 1
+            err: Exception | None = exc
+        else:
+            err = None
+        need = min(cores * ranks_here, self.slots)  # the head never sends more than fits
+        if need > free:
+            return -1
+        ngpus = opts.get("gpus") or 0
+        gpus = None
+        if ngpus and err is None:
+            if ngpus * ranks_here > len(self.capacity.gpus):
+                err = launcher.LaunchError(
+                    f"this task asks for {ngpus * ranks_here} GPUs and agent {self.name} has "
+                    f"{len(self.capacity.gpus)}")
+            else:
+                gpus = self.placer.take_gpus(ngpus * ranks_here)
+                if gpus is None:
+                    return None
+        if index:
+            del self.cmd_queue[index]
+        else:
+            self.cmd_queue.popleft()
+        cpus = None
+        defaults = forced = None
+        if cores > 1 or hosts is not None:
+            defaults = {"OMP_NUM_THREADS": str(cores)}
+            if hosts is None:
+                cpus = self.placer.take_cpus(need)
+                if not self.placer.bind and not self.placer.warned_nobind:
+                    self.placer.warned_nobind = True
+                    log.info("%s", self.placer.why_not_bound(self.slots))
+        if gpus:
+            forced = resources.gpu_env(gpus)
+        argv = None
+        try:
+            if err is not None:
+                raise err
+            if hosts is not None:
+                pass_env = [*(payload.get("env") or {}), *(defaults or {}), *(forced or {})]
+                argv, extra = resources.mpi_command(
+                    payload["argv"], hosts, self.mpi_launcher, self.base_env, pass_env)
+                forced = {**(forced or {}), **extra}
+            run = launcher.spawn(spec[0], payload, need, self.base_env, defaults=defaults,
+                                 forced=forced, cpus=cpus, argv=argv)
+        except (launcher.LaunchError, resources.MpiError, OSError) as exc:
+            self.placer.give_back(cpus, gpus)
+            self._result_to_head([spec[0], P.ERR, str(exc).encode(), spec_attempt(spec),
+                                  failure_info(launcher.LaunchError(str(exc)))])
+            return 0
+        run.attempt = spec_attempt(spec)
+        run.cpus, run.gpus, run.mpi = cpus, gpus, hosts is not None
+        self.cmd_cores += need
+        self.commands[run.pidfd] = run
+        self.cmd_epoll.register(run.pidfd, select.EPOLLIN)
+        self._command_limit(run, self._time_limit(spec) if opts else None)
+        return need
+
+    def _dispatch_gpu_python(self) -> None:
+        """Python tasks with GPUs: each to an idle worker, with devices of its own.
+
+        The worker sets the device variables in its ``os.environ`` before the task runs
+        (shoal.agent.worker), which only works if CUDA (or ROCm) was not initialized in that
+        process before: a worker that ran a GPU task keeps its devices and takes later GPU
+        tasks only with the same ones; a task needing others gets a fresh worker (an idle
+        one is recycled: killed and forked again).
+        """
+        held = self.py_gpu_held
+        for tid in [t for t, (w, _) in held.items() if t not in w.tasks or w.doomed]:
+            _, ids = held.pop(tid)  # finished, cancelled, timed out or lost with its worker
+            self.placer.give_back(None, ids)
+        free = self._free_cores()
+        queue = self.gpu_py
+        while queue and free > 0:
+            spec = queue[0]
+            n = spec[T_OPTS]["gpus"]
+            if not isinstance(n, int) or n > len(self.capacity.gpus):
+                queue.popleft()
+                text = (f"this task asks for {n!r} GPUs and agent {self.name} has "
+                        f"{len(self.capacity.gpus)}")
+                self._result_to_head([spec[0], P.ERR, text.encode(), spec_attempt(spec),
+                                      text_info(text)])
+                continue
+            owner = spec_owner(spec)
+            idle = [w for w in self.workers.values() if w.ready and w.credit and not w.tasks
+                    and not w.doomed and (w.owner is None or owner is None or w.owner == owner)]
+            avail = self.placer.free_gpus
+            chosen = ids = None
+            for w in idle:  # one that already uses exactly free devices, else a fresh one
+                mine = w.gpu_ids
+                if mine is not None and len(mine) == n and all(g in avail for g in mine):
+                    chosen, ids = w, list(mine)
+                    break
+            if chosen is None and len(avail) >= n:
+                chosen = next((w for w in idle if w.gpu_ids is None), None)
+                if chosen is not None:
+                    ids = avail[:n]
+                else:
+                    tainted = next((w for w in self.workers.values() if not w.tasks
+                                    and not w.doomed and w.credit), None)
+                    if tainted is not None:
+                        self._recycle(tainted)  # a fresh fork takes it next time
+            if chosen is None or ids is None:
+                break
+            queue.popleft()
+            self.placer.free_gpus = [g for g in avail if g not in ids]
+            chosen.gpu_ids = tuple(ids)
+            held[spec[0]] = (chosen, ids)
+            self._give(chosen, spec)
+            # the worker sees its devices in a copy of the spec (a requeued spec has none)
+            out = self.out_workers[chosen.ident]
+            out[-1] = [*spec[:T_OPTS], {**spec[T_OPTS], "gpu_ids": ids}, *spec[T_OPTS + 1:]]
+            free -= 1
+
+    def _hello_info(self) -> dict[str, Any]:
+        """What HELLO says besides slots, host and pid (the resource contract)."""
+        end = self.alloc_end - time.monotonic() + time.time() if self.alloc_end != math.inf \
+            else None
+        cap = self.capacity
+        return {"gpus": len(cap.gpus), "memory": cap.memory, "node": cap.node, "end_time": end}
+
+    def _idle_check(self, now: float) -> None:
+        """``--idle-timeout``: leave (drain, BYE) after that long with nothing to do."""
+        if (self.commands or self.cmd_queue or self.py_queue or self.pinned or self.gpu_py
+                or self.out_results or any(w.tasks for w in self.workers.values())):
+            self.idle_since = now
+        elif now - self.idle_since >= self.idle_timeout:
+            log.info("idle for %.0f s (--idle-timeout): leaving", now - self.idle_since)
+            self._start_drain(now, f"idle for {now - self.idle_since:.0f} s")
+
+    # the Stopping mixin sees the queues it knows; GPU Python tasks wait in one more
+    def _drop_queued(self, tids: set[int]) -> list[int]:
+        dropped = super()._drop_queued(tids)
+        if self.gpu_py:
+            gone = [s[0] for s in self.gpu_py if s[0] in tids]
+            if gone:
+                self.gpu_py = deque(s for s in self.gpu_py if s[0] not in tids)
+                dropped += gone
+        return dropped
+
+    def _start_drain(self, now: float, reason: str) -> None:
+        if self.gpu_py and not self.draining and self.welcomed:
+            self.out_return.extend(s[0] for s in self.gpu_py)
+            self.gpu_py.clear()
+        super()._start_drain(now, reason)
+
     def _command_events(self) -> None:
         for fd, _ in self.cmd_epoll.poll(0):
             run = self.commands.get(fd)
@@ -421,6 +630,8 @@ class Agent(WorkerPool, HeadLink, Stopping):
         self.commands.pop(run.pidfd, None)
         os.close(run.pidfd)
         self.cmd_cores -= run.cores
+        if run.cpus or run.gpus:
+            self.placer.give_back(run.cpus, run.gpus)
         if run.stopping == "drop":  # cancelled, evicted or handed back: no result
             launcher.release(run)
             return
@@ -492,17 +703,19 @@ class Agent(WorkerPool, HeadLink, Stopping):
     def dump_state(self, *_: object) -> None:
         """SIGUSR1: log what this agent holds (for diagnosing a stuck run)."""
         log.warning(
-            "state: py_queue=%d cmd_queue=%d running_cmds=%s cmd_cores=%d free=%d workers=%s",
-            len(self.py_queue), len(self.cmd_queue),
+            "state: py_queue=%d gpu_py=%d cmd_queue=%d running_cmds=%s cmd_cores=%d free=%d "
+            "free_gpus=%s workers=%s",
+            len(self.py_queue), len(self.gpu_py), len(self.cmd_queue),
             [(r.tid, r.pid, r.status) for r in self.commands.values()],
-            self.cmd_cores, self._free_cores(),
+            self.cmd_cores, self._free_cores(), self.placer.free_gpus,
             [(w.index, len(w.tasks), len(w.blocked), w.credit, w.owner)
              for w in self.workers.values()],
         )
 
     def _wait_s(self, now: float) -> float:
         """How long the next poll may sleep: until the next thing due."""
-        due = now + 1.0 if self.owner_pid is not None or self.commands else math.inf
+        due = (now + 1.0 if self.owner_pid is not None or self.commands
+               or self.idle_timeout is not None else math.inf)
         if self.welcomed:
             due = min(due, self.sent_at + self.heartbeat_s)
         if self.reconnect_until is not None:  # re-read the connection file every second
@@ -517,6 +730,7 @@ class Agent(WorkerPool, HeadLink, Stopping):
     def run(self) -> None:
         set_parent_death_signal()
         signal.signal(signal.SIGUSR1, self.dump_state)
+        log.info("%s", resources.describe(self.capacity, self.placer))
         # Fork the warm workers before this process has any ZeroMQ context or thread, after
         # importing what they run: imported once here, every worker starts with it for free.
         if self.nworkers:
@@ -574,6 +788,9 @@ class Agent(WorkerPool, HeadLink, Stopping):
                 if now >= second + 1.0:  # about once a second
                     second = now
                     launcher.trim_captures(self.commands.values())  # output over --max-output
+                    launcher.kill_overdue(self.commands.values(), now)  # MPI launchers
+                    if self.idle_timeout is not None and not self.draining:
+                        self._idle_check(now)
                     if self.owner_pid is not None and not alive(self.owner_pid):
                         log.info("owner process is gone; stopping")
                         break
@@ -650,6 +867,16 @@ class Agent(WorkerPool, HeadLink, Stopping):
                 except (ProcessLookupError, ChildProcessError):
                     pass
         for run in list(self.commands.values()):
+            while run.kill_at > 0 and time.monotonic() < run.kill_at:  # an MPI launcher:
+                try:                                                    # SIGTERMed, may stop
+                    if os.waitpid(run.pid, os.WNOHANG)[0]:
+                        break
+                except ChildProcessError:
+                    break
+                time.sleep(0.02)
+            else:
+                if run.kill_at > 0:
+                    launcher.kill(run)  # its grace is over: SIGKILL
             try:
                 os.waitpid(run.pid, 0)
             except ChildProcessError:
