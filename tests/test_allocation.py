@@ -175,11 +175,11 @@ def test_flux_without_the_flux_command_says_so(tmp_path):
 def test_scoop_hostfile(tmp_path):
     hf = tmp_path / "hosts"
     hf.write_text("# the cluster\n\nnodeA 4\nnodeB workers=2   # SCOOP's documented form\n"
-                  "nodeC\nnode[1-2] slots=3\nnodeA 2\n")
+                  "nodeC\nnode[1-2] slots=3\nnodeA 2\nnodeD:5\n")
     a = read_hostfile(hf)
     assert a.kind == "hostfile" and a.source == f"--hostfile {hf}"
     assert a.nodes == (Node("nodeA", 6), Node("nodeB", 2), Node("nodeC", 0),
-                       Node("node1", 3), Node("node2", 3))
+                       Node("node1", 3), Node("node2", 3), Node("nodeD", 5))
     assert discover({"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "n1"}, hostfile=hf) == a
 
 
@@ -189,6 +189,7 @@ def test_scoop_hostfile(tmp_path):
     ("\n\nnodeA 0\n", 3, "the count '0' is not a whole number >= 1"),
     ("nodeA cores=4\n", 1, "unknown key 'cores'"),
     ("node/A 4\n", 1, "'node/A' is not a host name"),
+    ("nodeA:four\n", 1, "'nodeA:four' is not a host name"),
     ("node[1-\n", 1, "bad host range"),
     ("nodeA\nnodeA 2\n", 2, "nodeA is named twice"),
 ])

@@ -297,6 +297,8 @@ def lsf(env: Mapping[str, str]) -> Allocation:
         pairs, source = list(merged.items()), "LSB_MCPU_HOSTS"
     else:
         pairs, source = _count_slots(env["LSB_HOSTS"].split()), "LSB_HOSTS"
+        if not pairs:
+            raise AllocationError("LSB_HOSTS is empty")
     return Allocation(kind="lsf", nodes=tuple(Node(h, c, gpus) for h, c in pairs),
                       job_id=env.get("LSB_JOBID"), source=source)
 
@@ -377,13 +379,13 @@ def idset(spec: str) -> list[int]:
 
 
 # ---- hostfile and --hosts -------------------------------------------------------------
-_HOST = re.compile(r"^[A-Za-z0-9_.:\[\]\-,]+$")
+_HOST = re.compile(r"^[A-Za-z0-9_.\[\]\-,]+$")
 
 
 def read_hostfile(path: str | os.PathLike[str]) -> Allocation:
     """A SCOOP-style hostfile: one host a line, ``host N``, ``host workers=N`` (SCOOP's
-    documented form) or ``host slots=N`` (OpenMPI's), or ``host`` alone, which gives the
-    node's own core count, counted there (SCOOP's rule; ``Node.cpus`` 0). Slurm-style
+    documented form), ``host slots=N`` (OpenMPI's), ``host:N`` (MPICH's), or ``host`` alone,
+    which gives the node's own core count, counted there (SCOOP's rule; ``Node.cpus`` 0). Slurm-style
     ranges (``n[1-4] 8``) expand; ``#`` starts a comment; a host named twice adds up.
     Anything else is an AllocationError naming ``file:line``."""
     import hostlist
@@ -397,6 +399,9 @@ def read_hostfile(path: str | os.PathLike[str]) -> Allocation:
             continue
         where = f"{path}:{i}"
         fields = ln.split()
+        m = re.match(r"^([^:\s]+):(\d+)$", ln)  # MPICH machinefile form, host:N
+        if m:
+            fields = [m.group(1), m.group(2)]
         if len(fields) > 2:
             raise AllocationError(f"{where}: {raw.strip()!r}: expected 'host' or 'host N'")
         count = 0
