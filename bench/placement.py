@@ -83,6 +83,8 @@ def run(n: int, mixed: bool, agents: int, cores: int, gpus: int, batch: int,
                 if opts and "hosts" in opts:
                     mpi += 1
                     multi += len(opts["hosts"]) > 1
+                    if sum(h[1] for h in opts["hosts"]) != opts["ranks"]:
+                        raise AssertionError(f"task {spec[0]}: hosts {opts['hosts']} for {opts['ranks']} ranks")
         for items in d.resolve.values():
             for item in items:
                 if item[1] != P.OK:

@@ -321,3 +321,76 @@ def test_paused_core_dispatches_nothing_until_resumed():
     d = core.resume()
     assert sorted(sent(d, A) + sent(d, B)) == [1, 2, 3, 4]
     assert sent(d, B)  # the static batch was split over both agents
+
+
+def test_random_mixed_workload_never_oversubscribes_and_finishes_everything():
+    # 400 tasks (MPI, GPU, exclusive, memory, multi-core) on 6 agents, random completions;
+    # agents lost (twice) and leaving in order (once) mid-run, then joining again
+    import random
+
+    rnd = random.Random(5)
+    core = SchedulerCore(crash_limit=100)
+    names = [f"a{i}".encode() for i in range(6)]
+    for i, name in enumerate(names):
+        core.add_agent(name, 4, i + 1, gpus=2 * (i % 2), memory=8 * GIB, node=f"n{i}")
+        core.set_window(name, 8)
+    specs = []
+    for tid in range(1, 401):
+        r = rnd.random()
+        opts: dict = {}
+        if r < 0.1:
+            opts = {"ranks": rnd.randint(2, 10)}
+            if rnd.random() < 0.3:
+                opts["nodes"] = rnd.randint(-(-opts["ranks"] // 4), min(3, opts["ranks"]))
+        elif r < 0.25:
+            opts = {"gpus": 1}
+        elif r < 0.3:
+            opts = {"exclusive": True}
+        elif r < 0.4:
+            opts = {"memory": 3 * GIB}
+        cores = 1 if "ranks" in opts else rnd.choice((1, 1, 1, 2, 4))
+        specs.append(task(tid, cores=cores, **opts))
+    holding: dict[bytes, list[int]] = {n: [] for n in names}
+    done: set[int] = set()
+
+    def take(d) -> None:
+        for name, out in d.dispatch.items():
+            for spec in out:
+                holding[name].append(spec[0])
+                hosts = (spec[P.T_OPTS] or {}).get("hosts")
+                if hosts:
+                    assert sum(h[1] for h in hosts) == spec[P.T_OPTS]["ranks"]
+                    assert len({h[0] for h in hosts}) == len(hosts)
+                    if spec[P.T_OPTS].get("nodes"):
+                        assert len(hosts) == spec[P.T_OPTS]["nodes"]
+        for items in d.resolve.values():
+            for item in items:
+                assert item[1] == P.OK, bytes(item[2])
+                done.add(item[0])
+        for a in core.agents.values():
+            assert a.gpus_used <= a.gpus and a.mem_used <= a.memory
+            if a.held:
+                assert a.inflight + a.held <= a.slots
+            if a.excl:
+                assert len(a.running) + len(a.holds) == 1
+
+    for i in range(0, 400, 40):
+        take(core.submit(specs[i:i + 40], OWNER))
+    for rnd_i in range(5000):
+        if len(done) == 400:
+            break
+        if rnd_i in (30, 60, 90):
+            victim = names[rnd_i // 30]
+            take(core.remove_agent(victim, "test", lost=rnd_i != 60))
+            holding[victim] = []
+            take(core.add_agent(victim, 4, 9, gpus=2 * ((rnd_i // 30) % 2), memory=8 * GIB))
+            take(core.set_window(victim, 8))
+        for name in names:
+            mine = holding[name]
+            if mine and rnd.random() < 0.5:
+                k = rnd.randint(1, len(mine))
+                rnd.shuffle(mine)
+                fin, holding[name] = mine[:k], mine[k:]
+                take(core.finished(name, ok(*fin)))
+    assert len(done) == 400 and not core.tasks
+    assert all(a.inflight == a.held == a.gpus_used == a.mem_used == 0 for a in core.agents.values())
