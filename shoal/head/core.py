@@ -27,6 +27,11 @@ task's outcome, which then lists every failed attempt. An agent that is lost has
 attempts failed as LOST (requeued while under the crash limit); one that leaves in order
 (drain, shutdown) has its tasks requeued without counting.
 
+Resources (``shoal.head.placement``): tasks asking for GPUs, memory, MPI ranks/nodes,
+exclusive agents or a time limit wait in per-shape queues and are placed oldest first with
+the plain ones, with one reservation against starvation; impossible requests fail at once.
+``paused`` holds every dispatch until :meth:`resume` (the head waiting for its agents).
+
 Dependencies: a task waits in ``waiting`` until every task it depends on succeeded;
 if one failed or was cancelled it is resolved DEPFAIL without running. The head keeps
 live tasks only: a dependency that is no longer live and not in ``failed`` succeeded.
