@@ -190,7 +190,7 @@ def test_an_exclusive_task_runs_alone(head):
 
 
 def test_local_default_offers_the_gpus_it_is_told():
-    with Executor(workers=1, slots=2, gpus=2) as ex:
+    with Executor(workers=1, slots=2, gpus=2, min_agents=1) as ex:
         assert [a.gpus for a in ex.agents()] == [2]
         r = ex.options(gpus=1).submit(Command('echo "$CUDA_VISIBLE_DEVICES"')).result(30)
         assert r.stdout.strip() in (b"0", b"1")

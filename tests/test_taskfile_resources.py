@@ -87,9 +87,15 @@ def read_window(path) -> tuple[float, float]:
     return float(start), float(end)
 
 
+def omp_threads(path) -> str | None:
+    words = path.read_text().split()
+    return words[2] if len(words) > 2 else None
+
+
 def test_a_cores_directive_reaches_the_task(head, tmp_path):
     """On an agent of 4 slots a '#shoal: cores=4' command runs alone: its time window
-    overlaps no other command's, while the one-core commands do run side by side."""
+    overlaps no other command's, while the one-core commands do run side by side; the
+    agent tells it OMP_NUM_THREADS=4."""
     connfile, _, add_agent = head
     add_agent("--slots", "4", "--workers", "0")
     with Executor(connect=str(connfile), min_agents=1):
@@ -110,6 +116,7 @@ def test_a_cores_directive_reaches_the_task(head, tmp_path):
     overlaps = sum(1 for i, a in enumerate(small) for b in small[i + 1:]
                    if a[0] < b[1] and b[0] < a[1])
     assert overlaps >= 1, small  # the agent does run one-core commands side by side
+    assert omp_threads(tmp_path / "big") == "4"
     assert r.returncode == 1, r.stderr  # the cores=5 line failed; the others ran
     assert wall < 30
 
@@ -117,3 +124,29 @@ def test_a_cores_directive_reaches_the_task(head, tmp_path):
 def test_gpus_per_task_flag_is_checked():
     r = run_shoal(["run", "--gpus-per-task", "0", "/dev/null"])
     assert r.returncode == 2 and "--gpus-per-task must be at least 1, not 0" in r.stderr
+
+
+def test_gpu_and_mpi_directives_reach_their_tasks(head, tmp_path):
+    """--gpus-per-task 1 on an agent of 2 GPUs: each command sees one device; a
+    '#shoal: ranks=2' command runs as 2 MPI ranks; '#shoal: gpus=3' fails alone."""
+    connfile, _, add_agent = head
+    add_agent("--slots", "4", "--workers", "0", "--gpus", "2")
+    with Executor(connect=str(connfile), min_agents=1):
+        pass
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text(
+        "".join(f'echo gpu-{i}=$CUDA_VISIBLE_DEVICES\n' for i in range(3))
+        + "#shoal: ranks=2 gpus=1\necho rank=$OMPI_COMM_WORLD_RANK:$CUDA_VISIBLE_DEVICES\n"
+        + "#shoal: gpus=3\necho never\n")
+    r = run_shoal(["run", "--connect", str(connfile), "--gpus-per-task", "1", "--no-progress",
+                   str(tasks)])
+    out = r.stdout.split()
+    assert sorted(w.split("=")[0] for w in out if w.startswith("gpu-")) == ["gpu-0", "gpu-1",
+                                                                            "gpu-2"], r.stdout
+    assert all(w.split("=")[1] in ("0", "1") for w in out if w.startswith("gpu-")), r.stdout
+    ranks = sorted(w for w in out if w.startswith("rank="))
+    assert [w.split(":")[0] for w in ranks] == ["rank=0", "rank=1"], (r.stdout, r.stderr)
+    # the ranks on a node see the GPUs placed there: one per rank, both ranks here
+    assert {w.split(":")[1] for w in ranks} == {"0,1"}, ranks
+    assert "never" not in r.stdout
+    assert "asks for 3 GPUs" in r.stderr and r.returncode == 1, r.stderr
