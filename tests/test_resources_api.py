@@ -189,9 +189,24 @@ def test_an_exclusive_task_runs_alone(head):
     assert most_at_once([(s, e) for _, s, e in small]) >= 2, runs
 
 
+def gpu_call(seconds: float) -> tuple[str, float, float]:
+    import os
+
+    start = time.time()
+    time.sleep(seconds)
+    return os.environ.get("CUDA_VISIBLE_DEVICES", ""), start, time.time()
+
+
 def test_local_default_offers_the_gpus_it_is_told():
-    with Executor(workers=1, slots=2, gpus=2, min_agents=1) as ex:
+    """Executor(gpus=2): its agent offers 2 GPUs; Python calls and commands with gpus=1 each
+    see one device, never one a running task holds; gpus=3 fails at once."""
+    with Executor(workers=2, slots=2, gpus=2, min_agents=1) as ex:
         assert [a.gpus for a in ex.agents()] == [2]
         r = ex.options(gpus=1).submit(Command('echo "$CUDA_VISIBLE_DEVICES"')).result(30)
         assert r.stdout.strip() in (b"0", b"1")
-        assert "gpu" in str(ex.options(gpus=3).submit(Command("true")).exception(30)).lower()
+        runs = [f.result(30) for f in [ex.options(gpus=1).submit(gpu_call, 0.3) for _ in range(4)]]
+        assert all(seen in ("0", "1") for seen, _, _ in runs), runs
+        for i, a in enumerate(runs):
+            for b in runs[i + 1:]:
+                assert not (overlap(a, b) and a[0] == b[0]), (a, b)
+        assert "asks for 3 gpus" in str(ex.options(gpus=3).submit(Command("true")).exception(30)).lower()
