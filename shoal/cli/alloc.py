@@ -59,8 +59,8 @@ def add_parser(sub: Any) -> None:
                    help="Slurm partition / PBS queue")
     a.add_argument("--account", default=None, help="account (project) charged")
     a.add_argument("--directive", action="append", default=[], metavar="LINE",
-                   help="an extra directive line, e.g. '#SBATCH --constraint=x' (or just "
-                        "'--constraint=x'); repeatable")
+                   help="an extra directive line, e.g. '#SBATCH --constraint=x' (or "
+                        "--directive=--constraint=x); repeatable")
     a.add_argument("--template", metavar="FILE",
                    help="job script template to use instead of the shipped one (see "
                         "--print-script; it must keep the {{agent}} placeholder)")
@@ -269,6 +269,8 @@ class Allocator:
             _say(f"job {job.id} ended ({job.native}); {len(job.agents)} agent(s) had joined")
         elif job.cancelled:
             _say(f"job {job.id} ended (cancelled before it started)")
+        elif job.native == "CANCELLED":  # by someone else (scancel): not the script's fault
+            _say(f"job {job.id} was cancelled outside shoal alloc before any agent joined")
         else:
             why = job.native + (f", {job.reason}" if job.reason else "")
             tail = _tail(job.output)

@@ -298,8 +298,9 @@ def parse_qstat(out: str) -> dict[str, JobStatus]:
             cur[key] = value.strip()
     result: dict[str, JobStatus] = {}
     for job, attrs in jobs.items():
+        attrs = {k.lower(): v for k, v in attrs.items()}  # Torque: exit_status, PBS Pro: Exit_status
         state = attrs.get("job_state", "").upper()
-        exit_status = attrs.get("Exit_status", "")
+        exit_status = attrs.get("exit_status", "")
         if state in _PBS_PENDING:
             result[job] = JobStatus(PENDING, state, attrs.get("comment", ""))
         elif state in _PBS_RUNNING:
@@ -350,8 +351,10 @@ class PBS(Provider):
         if not ids:
             return {}
         r = _run(["qstat", "-f", *ids])
-        # an unknown (finished and purged) id is an error line; the others are still printed
-        if r.returncode != 0 and "Unknown Job" not in (r.stderr or "") and not r.stdout.strip():
+        # a finished or purged id gets an error line ("Unknown Job Id", "Job has finished");
+        # the others are still printed
+        errors = [ln for ln in (r.stderr or "").splitlines() if ln.strip()]
+        if r.returncode != 0 and not all(any(j in ln for j in ids) for ln in errors):
             raise ProviderError(f"qstat: {_err_text(r, 'qstat')}")
         found = parse_qstat(r.stdout)
         out = {}
