@@ -69,6 +69,9 @@ def add_parser(sub: Any) -> None:
     a.add_argument("--idle-timeout", type=float, default=60.0, metavar="S",
                    help="agents leave after S seconds without work, and their job ends "
                         "(default 60; 0: they stay until the walltime)")
+    a.add_argument("--join-timeout", type=float, default=300.0, metavar="S",
+                   help="a started job none of whose agents joined within S seconds is "
+                        "cancelled and counts as a failure (default 300)")
     a.add_argument("--max-failures", type=int, default=3, metavar="K",
                    help="stop after K failed submissions or jobs in a row (default 3)")
     a.add_argument("--retry-delay", type=float, default=5.0, metavar="S",
@@ -108,6 +111,8 @@ class Job:
     failed: bool = False
     agents: dict[str, int] = field(default_factory=dict)  # agent name -> slots, ever joined
     cancelled: bool = False
+    started: float | None = None          # monotonic time it was first seen running
+    completed_at_join: int | None = None  # the head's completed count when an agent joined
 
     @property
     def ended(self) -> bool:
@@ -169,6 +174,12 @@ class Backoff:
         return self.count >= self.limit
 
 
+def _output(job: Job) -> str:
+    """Where the job's output is, and its last line."""
+    tail = _tail(job.output)
+    return f"output {job.output}" + (f": {tail!r}" if tail else " (missing or empty)")
+
+
 def _tail(path: str, limit: int = 200) -> str:
     """The last non-empty line of a job's output file ('' when there is none)."""
     try:
@@ -188,10 +199,11 @@ class Allocator:
 
     def __init__(self, provider: P.Provider, opts: P.JobOptions, policy: Policy,
                  backoff: Backoff, workdir: str, template: str | None, template_where: str,
-                 interval: float, idle_cancel: float) -> None:
+                 interval: float, idle_cancel: float, join_timeout: float = 300.0) -> None:
         self.provider, self.opts, self.policy, self.backoff = provider, opts, policy, backoff
         self.workdir, self.template, self.template_where = workdir, template, template_where
-        self.interval, self.idle_cancel = interval, idle_cancel
+        self.interval, self.idle_cancel, self.join_timeout = interval, idle_cancel, join_timeout
+        self.address = "the head's address"
         self.jobs: dict[str, Job] = {}
         self.seq = 0
         self.submitted = 0
@@ -231,7 +243,7 @@ class Allocator:
                  f"(failure {self.backoff.count} of {self.backoff.limit} in a row)")
 
     # -- what the head and the batch system say
-    def observe(self, agents: list[Any]) -> None:
+    def observe(self, stats: dict[str, Any], agents: list[Any]) -> None:
         live = [j for j in self.jobs.values() if not j.ended]
         status: dict[str, P.JobStatus] = {}
         if live:
@@ -239,9 +251,11 @@ class Allocator:
                 status = self.provider.status(j.id for j in live)
             except P.ProviderError as exc:
                 _say(f"{exc} (will ask again)")
+        now = time.monotonic()
         for job in live:
             st = status.get(job.id)
-            if st is not None and st.state == P.RUNNING and job.state == P.PENDING:
+            if st is not None and st.state == P.RUNNING and job.started is None:
+                job.started = now
                 _say(f"job {job.id} started")
         # agents before endings: a job whose agents joined and left is not a failure
         for a in agents:
@@ -252,6 +266,8 @@ class Allocator:
                 if name.startswith(f"alloc-{job.id}-") and name not in job.agents:
                     job.agents[name] = int(a.slots)
                     _say(f"job {job.id}: agent {name} joined ({a.slots} slots)")
+                    if job.completed_at_join is None:
+                        job.completed_at_join = int(stats.get("completed", 0))
                     if self.opts.cpus_per_node is None:
                         self.policy.slots_per_node = max(self.policy.slots_per_node or 0,
                                                          int(a.slots))
@@ -262,10 +278,25 @@ class Allocator:
                 continue
             job.state, job.native, job.reason, job.failed = st.state, st.native, st.reason, st.failed
             if job.ended:
-                self.ended(job)
+                self.ended(job, stats)
+            elif (job.started is not None and not job.agents and not job.cancelled
+                  and now - job.started > self.join_timeout):
+                # agents that cannot reach the head (wrong address, firewall) may hang, not exit
+                err = self.provider.cancel([job.id])
+                job.cancelled = True
+                self.failure(f"job {job.id} ran {self.join_timeout:g} s and no agent joined the "
+                             f"head (can the nodes reach {self.address}?); cancelled it"
+                             + (f" ({err})" if err else "") + f"; {_output(job)}")
 
-    def ended(self, job: Job) -> None:
-        if job.agents:
+    def ended(self, job: Job, stats: dict[str, Any]) -> None:
+        queued = int(stats.get("queued", 0))
+        if job.agents and queued and job.completed_at_join == int(stats.get("completed", 0)):
+            # its agents came and went and nothing finished: the queued tasks may need more
+            # than such a job gives; submitting the same job again would loop
+            self.failure(f"job {job.id} ended ({job.native}); its agents joined but no task "
+                         f"finished meanwhile and {queued} are queued: do they need more than "
+                         "a job gives (cores, GPUs, memory, time)?")
+        elif job.agents:
             _say(f"job {job.id} ended ({job.native}); {len(job.agents)} agent(s) had joined")
         elif job.cancelled:
             _say(f"job {job.id} ended (cancelled before it started)")
@@ -273,9 +304,7 @@ class Allocator:
             _say(f"job {job.id} was cancelled outside shoal alloc before any agent joined")
         else:
             why = job.native + (f", {job.reason}" if job.reason else "")
-            tail = _tail(job.output)
-            out = f"output {job.output}" + (f": {tail!r}" if tail else " (missing or empty)")
-            self.failure(f"job {job.id} ended ({why}) before any agent joined; {out}")
+            self.failure(f"job {job.id} ended ({why}) before any agent joined; {_output(job)}")
 
     def cancel_queued(self, why: str) -> None:
         """Cancel the jobs still waiting in the batch queue, and say so."""
@@ -293,14 +322,14 @@ class Allocator:
             ids = " ".join(j.id for j in waiting)
             _say(f"{why}: cancelled {len(waiting)} queued job(s): {ids}"
                  + (f" ({err})" if err else ""))
-        running = [j.id for j in self.jobs.values() if j.state == P.RUNNING]
+        running = [j.id for j in self.jobs.values() if j.state == P.RUNNING and not j.cancelled]
         if running and self.stop.is_set():
             idle = (f"idle timeout {self.opts.idle_timeout:g} s, or the walltime"
                     if self.opts.idle_timeout > 0 else "no idle timeout: the walltime")
             _say(f"job(s) {' '.join(running)} keep running until their agents leave ({idle})")
 
     def tick(self, stats: dict[str, Any], agents: list[Any]) -> None:
-        self.observe(agents)
+        self.observe(stats, agents)
         if self.stop.is_set():
             return
         now = time.monotonic()
@@ -325,6 +354,9 @@ class Allocator:
             ex = Executor(connect=connect)
         except ExecutorError as exc:
             return _fail(f"cannot reach the head of {connect}: {exc}")
+        from shoal.transport.connfile import Connection
+
+        self.address = Connection.read(connect).address
         _say(f"watching the head of {connect} with {self.provider.name}; job scripts and "
              f"output in {self.workdir}")
         code = 0
@@ -339,12 +371,13 @@ class Allocator:
                 self.tick(stats, agents)
                 self.stop.wait(self.interval)
         finally:
-            if self.stop_reason.startswith("giving up"):
-                code = 1
-                _say(self.stop_reason)
-            elif self.stop_reason:
+            gave_up = self.stop_reason.startswith("giving up")
+            if self.stop_reason and not gave_up:
                 _say(self.stop_reason)
             self.cancel_queued("stopping")
+            if gave_up:  # the last line says why it stopped
+                code = 1
+                _say(self.stop_reason)
             try:
                 ex.shutdown(wait=False)
             except Exception:  # noqa: BLE001 - the head may be gone; nothing to release
@@ -364,7 +397,7 @@ def alloc_command(args: argparse.Namespace) -> int:
         if value is not None and value < least:
             return _fail(f"{flag} {value}: must be {least} or more")
     for flag, fvalue in (("--idle-timeout", args.idle_timeout), ("--retry-delay", args.retry_delay),
-                         ("--interval", args.interval)):
+                         ("--interval", args.interval), ("--join-timeout", args.join_timeout)):
         if not fvalue >= 0:
             return _fail(f"{flag} {fvalue:g}: must be 0 or more seconds")
     if args.nodes_per_job is not None and args.max_nodes_per_job is not None:
@@ -411,7 +444,7 @@ def alloc_command(args: argparse.Namespace) -> int:
                     max_nodes_per_job=args.max_nodes_per_job, slots_per_node=args.cpus_per_node)
     alloc = Allocator(provider, opts, policy, Backoff(args.retry_delay, args.max_failures),
                       workdir, template, where, args.interval,
-                      idle_cancel=args.idle_timeout or 60.0)
+                      idle_cancel=args.idle_timeout or 60.0, join_timeout=args.join_timeout)
 
     def stop(signum: int, _frame: object) -> None:
         alloc.stop_reason = f"stopped by {signal.Signals(signum).name}"

@@ -244,3 +244,42 @@ def test_the_head_gone_stops_submitting(slurm, head, alloc):
     assert 1 <= n <= 3
     assert re.search(rf"cancelled {n} queued job\(s\)", a.err), a.err
     assert a.jobs() == []
+
+
+def test_a_job_whose_agents_never_join_is_cancelled(slurm, head, alloc, tmp_path):
+    """Agents that hang instead of joining (here the script sleeps first) do not hold a job
+    slot for the whole walltime: past --join-timeout the job is cancelled, as a failure."""
+    template = tmp_path / "slow.sh"
+    template.write_text(FAILING.replace('echo "module: python/3.11 not found" >&2\nexit 1\n',
+                                        "echo waiting; sleep 120\n"))
+    ex = queued_work(head[0])
+    try:
+        a = alloc("--template", str(template), "--join-timeout", "2", "--max-failures", "1")
+        rc = a.wait(60)
+    finally:
+        ex.shutdown(wait=False, cancel_futures=True)
+    assert rc == 1, a.err
+    last = a.err.strip().splitlines()[-1]
+    assert re.search(r"giving up after 1 failures in a row; last: job \d+ ran 2 s and no agent "
+                     r"joined the head \(can the nodes reach tcp://127\.0\.0\.1:\d+\?\); "
+                     r"cancelled it; output \S+: 'waiting'", last), last
+    assert a.jobs("PENDING,RUNNING") == []  # (cancelled: it may be COMPLETING a few seconds)
+
+
+def test_a_queued_job_no_longer_needed_is_cancelled(slurm, head, alloc):
+    ex = queued_work(head[0])
+    a = alloc("--directive", "#SBATCH --begin=now+60", "--idle-timeout", "1")
+    deadline = time.monotonic() + 30
+    while not a.jobs("PENDING") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pending = a.jobs("PENDING")
+    assert len(pending) == 1
+    ex.shutdown(wait=False, cancel_futures=True)  # the work is gone
+    deadline = time.monotonic() + 30
+    while a.jobs() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert a.jobs() == []
+    assert a.proc.poll() is None  # it goes on watching
+    assert a.stop() == 0
+    assert f"no queued work for 1 s: cancelled 1 queued job(s): {pending[0]}" in a.err, a.err
+    assert "failure" not in a.err
