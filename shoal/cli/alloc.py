@@ -210,6 +210,7 @@ class Allocator:
         self.stop = threading.Event()
         self.stop_reason = ""
         self.last_work = time.monotonic()
+        self.completed = 0  # the head's count of finished tasks, last seen
 
     # -- one submission
     def submit(self, nodes: int) -> Job | None:
@@ -271,7 +272,10 @@ class Allocator:
                     if self.opts.cpus_per_node is None:
                         self.policy.slots_per_node = max(self.policy.slots_per_node or 0,
                                                          int(a.slots))
-                    self.backoff.ok()  # this job's script works
+        completed = int(stats.get("completed", 0))
+        if completed > self.completed and any(j.agents for j in live):
+            self.backoff.ok()  # jobs' agents join and tasks finish: the job script works
+        self.completed = completed
         for job in live:
             st = status.get(job.id)
             if st is None:
@@ -293,9 +297,9 @@ class Allocator:
         if job.agents and queued and job.completed_at_join == int(stats.get("completed", 0)):
             # its agents came and went and nothing finished: the queued tasks may need more
             # than such a job gives; submitting the same job again would loop
-            self.failure(f"job {job.id} ended ({job.native}); its agents joined but no task "
-                         f"finished meanwhile and {queued} are queued: do they need more than "
-                         "a job gives (cores, GPUs, memory, time)?")
+            self.failure(f"job {job.id} ended ({job.native}); its agents left without a task "
+                         f"finished while {queued} were queued (do the tasks need more than a "
+                         "job gives: cores, GPUs, memory, time?)")
         elif job.agents:
             _say(f"job {job.id} ended ({job.native}); {len(job.agents)} agent(s) had joined")
         elif job.cancelled:

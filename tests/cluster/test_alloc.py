@@ -92,8 +92,8 @@ def test_jobs_follow_queued_work_within_the_cap(slurm, head, alloc):
     """40 queued tasks: jobs are submitted (squeue shows them), never more than --max-jobs at
     once; their agents join and run every task."""
     connfile = head[0]
-    a = alloc("--max-jobs", "2", "--nodes-per-job", "1", "--idle-timeout", "0",
-              "--walltime", "5:00")
+    a = alloc("--max-jobs", "2", "--nodes-per-job", "1", "--cpus-per-node", "2",
+              "--idle-timeout", "0", "--walltime", "5:00")
     seen: list[int] = []
     done = threading.Event()
 
@@ -122,7 +122,7 @@ def test_jobs_follow_queued_work_within_the_cap(slurm, head, alloc):
     assert 1 <= len(submitted) <= 2, a.err
     assert {name.split("-")[1] for name in agents} <= set(submitted)
     assert "keep running until their agents leave" in a.err  # SIGTERM leaves running jobs be
-    print(a.err)
+    assert "joined (2 slots)" in a.err  # --cpus-per-node 2: asked of Slurm, offered as slots
     print(f"40 x 0.3 s tasks through shoal alloc: {elapsed:.2f} s, jobs {submitted}, "
           f"agents {sorted(agents)}")
 
