@@ -241,6 +241,7 @@ def test_print_script(capsys, tmp_path) -> None:
     (["--nodes-per-job", "2", "--max-nodes-per-job", "3"], "not both"),
     (["--walltime", "soon"], "--walltime 'soon'"),
     (["--idle-timeout", "-1"], "--idle-timeout -1: must be 0 or more"),
+    (["--idle-timeout", "2", "--interval", "5"], "--interval 5 must be shorter than --idle-timeout 2"),
     (["--template", "/nonexistent.sh"], "--template /nonexistent.sh: No such file"),
     (["--connect", "/nonexistent/run.json"], "--connect /nonexistent/run.json: no such file"),
 ])

@@ -404,6 +404,9 @@ def alloc_command(args: argparse.Namespace) -> int:
                          ("--interval", args.interval), ("--join-timeout", args.join_timeout)):
         if not fvalue >= 0:
             return _fail(f"{flag} {fvalue:g}: must be 0 or more seconds")
+    if 0 < args.idle_timeout <= args.interval:  # an agent could come and go unseen
+        return _fail(f"--interval {args.interval:g} must be shorter than --idle-timeout "
+                     f"{args.idle_timeout:g}")
     if args.nodes_per_job is not None and args.max_nodes_per_job is not None:
         return _fail("give --nodes-per-job or --max-nodes-per-job, not both")
     try:
