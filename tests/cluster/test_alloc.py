@@ -143,6 +143,7 @@ def test_jobs_end_when_their_agents_are_idle(slurm, head, alloc):
         gone_after = time.monotonic() - finished
         assert not left, f"jobs {left} still there 30 s after the work ended"
         assert ex.stats()["agents"] == 0
+    time.sleep(1.5)  # 5 of shoal alloc's looks (--interval 0.3): it has seen the job end
     assert a.stop() == 0
     assert len(a.submitted()) == 1, a.err
     assert re.search(r"job \d+ ended \(COMPLETED\); 1 agent\(s\) had joined", a.err), a.err
