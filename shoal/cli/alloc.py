@@ -112,7 +112,7 @@ class Job:
     agents: dict[str, int] = field(default_factory=dict)  # agent name -> slots, ever joined
     cancelled: bool = False
     started: float | None = None          # monotonic time it was first seen running
-    completed_at_join: int | None = None  # the head's completed count when an agent joined
+    completed_before: int = 0             # the head's count of finished tasks at submission
 
     @property
     def ended(self) -> bool:
@@ -228,7 +228,8 @@ class Allocator:
         except P.ProviderError as exc:
             self.failure(str(exc))
             return None
-        job = Job(job_id, nodes, opts.output.replace("%j", job_id))
+        # (counted from submission: a short task may finish before an agent is seen joining)
+        job = Job(job_id, nodes, opts.output.replace("%j", job_id), completed_before=self.completed)
         self.jobs[job_id] = job
         _say(f"submitted job {job_id} ({nodes} node{'s' * (nodes > 1)}; script {path})")
         return job
@@ -267,8 +268,6 @@ class Allocator:
                 if name.startswith(f"alloc-{job.id}-") and name not in job.agents:
                     job.agents[name] = int(a.slots)
                     _say(f"job {job.id}: agent {name} joined ({a.slots} slots)")
-                    if job.completed_at_join is None:
-                        job.completed_at_join = int(stats.get("completed", 0))
                     if self.opts.cpus_per_node is None:
                         self.policy.slots_per_node = max(self.policy.slots_per_node or 0,
                                                          int(a.slots))
@@ -294,7 +293,7 @@ class Allocator:
 
     def ended(self, job: Job, stats: dict[str, Any]) -> None:
         queued = int(stats.get("queued", 0))
-        if job.agents and queued and job.completed_at_join == int(stats.get("completed", 0)):
+        if job.agents and queued and job.completed_before == int(stats.get("completed", 0)):
             # its agents came and went and nothing finished: the queued tasks may need more
             # than such a job gives; submitting the same job again would loop
             self.failure(f"job {job.id} ended ({job.native}); its agents left without a task "
