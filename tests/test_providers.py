@@ -250,3 +250,15 @@ def test_bad_options_are_one_line(capsys, argv, msg) -> None:
     err = capsys.readouterr().err
     assert rc == 2
     assert msg in err and err.count("\n") == 1, err
+
+
+def test_the_pbs_agent_line_runs_as_written() -> None:
+    """pbsdsh's command (everything after `pbsdsh -u --`) passes the environment on and names
+    the agent after the job and the node."""
+    s = P.PBS().script(P.JobOptions(connect="/r.json", shoal=("echo",)))
+    line = s[s.index("pbsdsh -u -- ") + len("pbsdsh -u -- "):].replace("\\\n", " ")
+    r = subprocess.run(["bash", "-c", line], text=True, capture_output=True,
+                       env={"PBS_JOBID": "1234.pbs01", "PATH": "/usr/bin:/bin"})
+    host = subprocess.run(["hostname", "-s"], text=True, capture_output=True).stdout.strip()
+    assert r.stdout.split() == ["agent", "--connect", "/r.json", "--idle-timeout", "60",
+                                "--walltime", "3600", "--name", f"alloc-1234.pbs01-{host}"]

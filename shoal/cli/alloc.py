@@ -211,6 +211,7 @@ class Allocator:
         self.stop_reason = ""
         self.last_work = time.monotonic()
         self.completed = 0  # the head's count of finished tasks, last seen
+        self.status_error = ""
 
     # -- one submission
     def submit(self, nodes: int) -> Job | None:
@@ -251,8 +252,11 @@ class Allocator:
         if live:
             try:
                 status = self.provider.status(j.id for j in live)
+                self.status_error = ""
             except P.ProviderError as exc:
-                _say(f"{exc} (will ask again)")
+                if str(exc) != self.status_error:  # once, not every look
+                    _say(f"{exc} (asking again every {self.interval:g} s)")
+                self.status_error = str(exc)
         now = time.monotonic()
         for job in live:
             st = status.get(job.id)

@@ -16,8 +16,8 @@
 # One agent per node (pbsdsh -u: once on each distinct node) joins the head named in the
 # connection file; it leaves after {{idle_timeout}} s without work and drains before the
 # walltime (--walltime: PBS tells a job no end time); the job ends when all have left.
-# pbsdsh gives its tasks a bare environment: PATH and PYTHONPATH are passed on here.
+# pbsdsh gives its tasks a bare environment: PATH, PYTHONPATH and the job id are passed on.
 cd "${PBS_O_WORKDIR:-.}"
-pbsdsh -u -- /usr/bin/env PATH="$PATH" PYTHONPATH="${PYTHONPATH:-}" \
-    /bin/bash -c 'exec "$@" --name "alloc-$PBS_JOBID-$(hostname -s)"' agent \
+pbsdsh -u -- /usr/bin/env PATH="$PATH" PYTHONPATH="${PYTHONPATH:-}" SHOAL_JOB="$PBS_JOBID" \
+    /bin/bash -c 'exec "$@" --name "alloc-$SHOAL_JOB-$(hostname -s)"' agent \
     {{agent}}
