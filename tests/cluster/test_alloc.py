@@ -284,3 +284,20 @@ def test_a_queued_job_no_longer_needed_is_cancelled(slurm, head, alloc):
     assert a.stop() == 0
     assert f"no queued work for 1 s: cancelled 1 queued job(s): {pending[0]}" in a.err, a.err
     assert "failure" not in a.err
+
+
+def test_a_job_sized_to_the_work_starts_an_agent_on_each_node(slurm, head, alloc):
+    """--max-nodes-per-job 2 with 20 queued tasks and 1 CPU per node: one 2-node job, whose
+    script starts one agent on each of its nodes (srun --ntasks-per-node=1)."""
+    a = alloc("--max-jobs", "1", "--max-nodes-per-job", "2", "--cpus-per-node", "1",
+              "--idle-timeout", "0", "--walltime", "5:00")
+    with Executor(connect=str(head[0])) as ex:
+        futs = [ex.submit(Command(["sleep", "0.2"])) for _ in range(20)]
+        assert all(f.result(timeout=120).returncode == 0 for f in futs)
+        agents = {f.agent for f in futs}
+    assert a.stop() == 0
+    (job,) = a.submitted()
+    assert f"submitted job {job} (2 nodes;" in a.err
+    joined = set(re.findall(rf"agent (alloc-{job}-n\d) joined \(1 slots\)", a.err))
+    assert len(joined) == 2, a.err
+    assert agents <= joined
