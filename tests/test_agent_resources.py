@@ -311,6 +311,32 @@ def test_mpi_time_limit_kills_every_rank(head, client_of, tmp_path):
     assert not any(_alive(p) for p in ranks)
 
 
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="OpenMPI's mpirun is not installed")
+def test_mpi_cancel_stops_every_rank_and_frees_the_cores(head, client_of, tmp_path):
+    connfile, _, add_agent = head
+    add_agent("--slots", "2")
+    c = client_of()
+    pids = tmp_path / "pids"
+    prog = (f"import os, time; from mpi4py import MPI; "
+            f"open('{pids}', 'a').write(f'{{os.getpid()}}\\n'); time.sleep(60)")
+    spec = c.cmd(f"{PY} -c \"{prog}\"", opts={"ranks": 2}, env=MPI_ENV)
+    c.submit([spec])
+    deadline = time.monotonic() + 60
+    while (not pids.exists() or len(pids.read_text().split()) < 2) and \
+            time.monotonic() < deadline:
+        c.drain()
+        time.sleep(0.1)
+    ranks = [int(x) for x in pids.read_text().split()]
+    c.send([P.CANCEL, 1, [spec[0]]])
+    assert spec[0] in c.recv(P.CANCEL, 30)[2]
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in ranks) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in ranks)
+    # its two cores are free again: a two-core command runs
+    assert stdout(c.run([c.cmd("echo $OMP_NUM_THREADS", cores=2)])[0]).strip() == "2"
+
+
 def test_mpi_task_without_mpirun_fails_clearly(head, client_of, tmp_path):
     connfile, _, _ = head
     # an agent whose PATH has no mpirun (but its Python, the head's connection file)

@@ -6,7 +6,8 @@ Capacity, once at start (``capacity()``):
   the machine's cores;
 - GPUs: ``--gpus N`` (ids 0..N-1) or ``--gpus 0,2,5`` (those ids), else the job's variables
   (``CUDA_VISIBLE_DEVICES``, ``ROCR_VISIBLE_DEVICES``, ``HIP_VISIBLE_DEVICES``,
-  ``SLURM_STEP_GPUS``, ``SLURM_JOB_GPUS``), else one per line of ``nvidia-smi -L``, else none;
+  ``SLURM_STEP_GPUS``, ``SLURM_JOB_GPUS``), else the NVIDIA driver's count
+  (``/proc/driver/nvidia/gpus``, else one per line of ``nvidia-smi -L``), else none;
 - memory: ``--memory SIZE``, else the Slurm job's (``SLURM_MEM_PER_NODE`` or
   ``SLURM_MEM_PER_CPU`` x cores), else 0 (not counted).
 
@@ -89,6 +90,12 @@ def detect_gpus(env: Mapping[str, str] | None = None) -> tuple[tuple[str, ...], 
         if ids in (("NoDevFiles",), ("-1",)):
             ids = ()
         return ids, var  # set, even empty: the job says which (none) it may use
+    try:  # the NVIDIA driver lists its GPUs here: no process to start (a local run's start-up)
+        n = len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        n = 0
+    if n:
+        return tuple(str(i) for i in range(n)), "/proc/driver/nvidia/gpus"
     smi = shutil.which("nvidia-smi")
     if smi is not None:
         try:

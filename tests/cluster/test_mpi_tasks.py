@@ -2,8 +2,9 @@
 
 Inside ``salloc -N 2 --exclusive`` a driver starts a head and one agent per node with
 ``srun --overlap -N2 --ntasks-per-node=1`` (each named after its Slurm node), then sends a
-raw MPI task (opts ``ranks`` 4 and ``hosts`` [[n_a, 2, 1], [n_b, 2, 1]], pinned to the agent
-on n_a) running an mpi4py hello: 4 distinct ranks, 2 on each placed node. Once with the
+raw MPI task (opts ``ranks`` 4, ``nodes`` 2; the head adds ``hosts`` [[n_a, 2, 1], [n_b, 2,
+1]] and sends it to the leader) running an mpi4py hello: 4 distinct ranks, 2 on each node. The agents offer
+the allocation's CPUs of their node without being told (--slots left out). Once with the
 default launcher (OpenMPI's mpirun), once with ``--mpi-launcher srun``.
 """
 
@@ -51,11 +52,12 @@ try:
         while len(ex.agents()) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         out["agents"] = sorted(a.name for a in ex.agents())
+        out["slots"] = [a.slots for a in ex.agents()]
     c = RawClient(Connection.read(conn))
     c.seq += 1
-    hosts = [[nodes[0], 2, 1], [nodes[1], 2, 1]]
-    spec = [c.origin | c.seq, P.CMD, 0, {"argv": [PY, "-c", HELLO]}, [], 1, -1,
-            [f"agent-{nodes[0]}", True], {"ranks": 4, "nodes": 2, "hosts": hosts}]
+    # the head places it (opts "hosts", the leader's node first) and sends it to the leader
+    spec = [c.origin | c.seq, P.CMD, 0, {"argv": [PY, "-c", HELLO]}, [], 1, -1, None,
+            {"ranks": 4, "nodes": 2}]
     c.submit([spec])
     c.wait_results(1, 120)
     item = c.results[spec[0]]
@@ -95,9 +97,8 @@ def test_mpi_task_of_4_ranks_over_2_placed_nodes(slurm, tmp_path, launcher):
     assert out.get("rc") == 0, json.dumps(out, indent=1)
     nodes = out["nodes"]
     assert out["agents"] == sorted(f"agent-{n}" for n in nodes), out
+    assert out["slots"] == [4, 4], out  # the job's CPUs on each node (4), not os.cpu_count()
     ranks = [ln.split() for ln in out["stdout"].splitlines() if ln.startswith("rank ")]
     assert sorted(int(rank) for _, rank, _, _ in ranks) == [0, 1, 2, 3], json.dumps(out, indent=1)
     assert {size for _, _, size, _ in ranks} == {"4"}, out
     assert Counter(node for _, _, _, node in ranks) == {nodes[0]: 2, nodes[1]: 2}, out
-    # rank 0 runs on the leader's node (listed first)
-    assert next(node for _, rank, _, node in ranks if rank == "0") == nodes[0], out
