@@ -65,6 +65,10 @@ def test_executor_resource_arguments_are_checked(tmp_path):
         Executor(memory="much")
     with pytest.raises(ValueError, match="min_agents must be an int >= 1, not 0"):
         Executor(min_agents=0)
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="min_agents=2: the local default has one agent"):
+        Executor(workers=1, min_agents=2)
+    assert time.monotonic() - t0 < 10
     with pytest.raises(ValueError, match=r"gpus= and memory= describe the local agent: with "
                                          r"connect=, give them to each `shoal agent`"):
         Executor(connect=str(tmp_path / "run.json"), gpus=2)

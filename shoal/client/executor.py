@@ -197,7 +197,12 @@ class Executor(cf.Executor):
             raise self._error
         _live.add(self)
         if min_agents is not None:
+            from shoal.launch.local import LocalCluster
+
             try:
+                if isinstance(self._cluster, LocalCluster) and min_agents > 1:
+                    raise ValueError(f"min_agents={min_agents}: the local default has one agent "
+                                     "(give connect= to join a head with more)")
                 self.wait_for_agents(min_agents, timeout=start_timeout)
             except BaseException:
                 self._terminate()
