@@ -271,8 +271,8 @@ class AllocationCluster:
                     for ln in self._lines.get(i, [])]
         if held and not self._quiet:
             sys.stderr.write("".join(ln + "\n" for ln in held))
-        for n in sorted(self.failed):
-            print(f"shoal: node {n}: {self.failed[n]}", file=sys.stderr, flush=True)
+        for names, why in _by_reason(self.failed):
+            print(f"shoal: {names}: {why}", file=sys.stderr, flush=True)
         if not self.agents:
             raise ClusterError(f"no agent joined the head at {self.connection.address}: "
                                f"all {len(self.nodes)} node{'s' if len(self.nodes) > 1 else ''} "
@@ -282,8 +282,11 @@ class AllocationCluster:
                   f"({self.slots} slots)", file=sys.stderr, flush=True)
 
     def _exit_why(self, i: int, p: subprocess.Popen[Any]) -> str:
-        tail = [ln for ln in self._lines.get(i, []) if ln.strip()]
-        said = f": {tail[-1].strip()}" if tail else ""
+        tail = [ln.strip() for ln in self._lines.get(i, [])
+                if ln.strip() and "--help" not in ln]  # "Try 'srun --help'..." says nothing
+        errors = [ln for ln in tail if "error" in ln.lower() or "invalid" in ln.lower()
+                  or "unrecognized" in ln.lower()]
+        said = f": {(errors or tail)[-1]}" if tail else ""
         fix = (" (check the host name and that `ssh -o BatchMode=yes HOST true` works)"
                if self.launcher.name == "ssh" else "")
         return (f"{self.launcher.name} exited with {_status(p.returncode)} before its agent "
@@ -363,6 +366,22 @@ class AllocationCluster:
             os.rmdir(os.path.dirname(self.rundir))
         except OSError:
             pass
+
+
+def _by_reason(failed: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Failed nodes grouped by their reason: ``("node n9", why)``, ``("nodes n[1-4]", why)``
+    (one line for a launch that failed for all its nodes, however many)."""
+    import hostlist
+
+    groups: dict[str, list[str]] = {}
+    for node in sorted(failed):
+        groups.setdefault(failed[node], []).append(node)
+    out = []
+    for why, names in groups.items():
+        label = (f"node {names[0]}" if len(names) == 1
+                 else f"nodes {hostlist.collect_hostlist(names)}")
+        out.append((label, why))
+    return sorted(out)
 
 
 class _Exited:
