@@ -46,6 +46,10 @@ __all__ = ["AllocationCluster", "ClusterError", "ERROR_MARK", "add_cluster_optio
 ERROR_MARK = "shoal-node-error"   # a node's failure line: "shoal-node-error NODE: message"
 JOIN_TIMEOUT = 60.0               # seconds every agent may take to join (slow starts at scale)
 PROBE_TIMEOUT = 10.0              # seconds a node keeps trying to reach the head's port
+# what the agents need of this environment where a launcher does not pass it on by itself
+# (ssh, pbsdsh, mpirun): the import path, and the rerouting of `shoal env` (bundles)
+FORWARDED = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "PYTHONSAFEPATH",
+             "LD_LIBRARY_PATH", "SHOAL_BUNDLE_ROOT", "SHOAL_APP", "SHOAL_RUN_DIR")
 _HARMLESS = "cluster configuration lacks support for cpu binding"
 
 
@@ -158,7 +162,7 @@ class AllocationCluster:
                  "--quiet"]
         if workers is not None:
             agent += ["--workers", str(workers)]
-        env = {k: os.environ[k] for k in ("PYTHONPATH", "SHOAL_RUN_DIR") if os.environ.get(k)}
+        env = {k: os.environ[k] for k in FORWARDED if os.environ.get(k)}
         self.launches: list[Launch] = self.launcher.launches(nodes, agent, env)
         self.procs: list[subprocess.Popen[bytes]] = []
         self.failed: dict[str, str] = {}       # node -> why its agent is not there
