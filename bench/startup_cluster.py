@@ -95,13 +95,13 @@ def plain(s):
 for _ in range(reps):
     out["shoal"].append(until_all([py, "-m", "shoal", "prog.py", str(nodes)], last_all))
     out["srun"].append(until_all(["srun", f"-N{nodes}", "--ntasks-per-node=1", py, "-c",
-                                  %r], plain))
+                                  PLAIN_CMD], plain))
     if parsl_py:
         # Parsl starts its interchange and worker pools as scripts found on PATH
         env = {**os.environ, "PATH": os.path.dirname(parsl_py) + ":" + os.environ["PATH"]}
         out["parsl"].append(until_all([parsl_py, "parsl_prog.py", str(nodes)], last_all, env))
 print("RESULT", json.dumps(out))
-""" % PLAIN
+""".replace("PLAIN_CMD", repr(PLAIN))
 
 
 def main() -> int:
