@@ -278,9 +278,9 @@ class AllocationCluster:
         for names, why in _by_reason(self.failed):
             print(f"shoal: {names}: {why}", file=sys.stderr, flush=True)
         if not self.agents:
+            which = "the node" if len(self.nodes) == 1 else f"all {len(self.nodes)} nodes"
             raise ClusterError(f"no agent joined the head at {self.connection.address}: "
-                               f"all {len(self.nodes)} node{'s' if len(self.nodes) > 1 else ''} "
-                               "failed (see above)")
+                               f"{which} failed (see above)")
         if self.failed:
             print(f"shoal: going on with {len(self.agents)} of {len(self.nodes)} nodes "
                   f"({self.slots} slots)", file=sys.stderr, flush=True)
@@ -586,6 +586,8 @@ def node_main(argv: Sequence[str] | None = None) -> int:
                         f"({err}, for {args.probe_timeout:g} s); the head chose that address "
                         "from its host name or default route: give --interface NAME (an "
                         "interface the nodes reach it on, e.g. ib0 or eth0)")
+    # tasks of this agent that make an Executor() get the local default, not the allocation
+    os.environ["SHOAL_NODE"] = node
     from shoal.agent.__main__ import main as agent_main
 
     extra = ["--sys-path", args.sys_path] if args.sys_path else []

@@ -163,13 +163,13 @@ def start_runtime(*, workers: int | None = None, slots: int | None = None, prefe
                   env: Mapping[str, str] | None = None) -> Any:
     """The runtime an ``Executor()`` without ``connect=`` starts: a
     ``shoal.launch.cluster.AllocationCluster`` over ``allocation`` (None: the one
-    discovered, when this process owns it, i.e. is not inside a Slurm job step such as a
-    task of an agent), else the embedded :class:`LocalCluster`. ``allocation=False``
-    forces the local default. (Here, not in shoal.launch.cluster, so that the local
+    discovered, when this process owns it: not inside a Slurm job step, nor a task of
+    an agent started by a launcher, ``SHOAL_NODE``), else the embedded
+    :class:`LocalCluster`. ``allocation=False`` forces the local default. (Here, not in shoal.launch.cluster, so that the local
     default imports nothing of the cluster path.)"""
     env = os.environ if env is None else env
-    if allocation is None and (launcher is not None or interface is not None
-                               or not env.get("SLURM_STEP_ID")):
+    owner = not env.get("SLURM_STEP_ID") and not env.get("SHOAL_NODE")  # not a task's
+    if allocation is None and (launcher is not None or interface is not None or owner):
         from shoal.launch.allocation import discover
 
         allocation = discover(env)
