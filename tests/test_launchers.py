@@ -162,3 +162,36 @@ def test_node_without_the_connection_file(tmp_path) -> None:
     assert r.returncode == 0  # --exit-zero: under mpirun, the other agents stay
     assert r.stderr.startswith(f"{ERROR_MARK} nodeY: cannot read the connection file")
     assert "SHOAL_RUN_DIR" in r.stderr
+
+
+def test_executor_over_a_hostfile_of_this_host(tmp_path, monkeypatch) -> None:
+    """The cluster path without a batch system: a hostfile naming only this host starts
+    its agent with the local launcher; --interface picks the head's address; everything
+    started is gone after shutdown."""
+    from shoal import Executor
+    from shoal.launch.cluster import AllocationCluster
+
+    monkeypatch.chdir(tmp_path)
+    alloc = given_allocation(hosts="localhost:3")
+    with Executor(allocation=alloc, interface="lo") as ex:
+        cluster = ex._cluster
+        assert isinstance(cluster, AllocationCluster)
+        assert isinstance(cluster.launcher, L.LocalLauncher)
+        assert cluster.connection.address.startswith("tcp://127.0.0.1:")
+        assert ex.slots == 3
+        assert [a.name for a in ex.agents()] == ["localhost"]
+        assert sorted(ex.map(abs, [-1, -2, -3])) == [1, 2, 3]
+        pids = [cluster.head.pid, *(p.pid for p in cluster.procs)]
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    assert not (tmp_path / ".shoal").exists()
+
+
+def test_launcher_without_an_allocation_is_a_clear_error() -> None:
+    from shoal import Executor, ExecutorError
+
+    env_has_job = os.environ.get("SLURM_JOB_ID")
+    if env_has_job:
+        pytest.skip("runs inside a Slurm job")
+    with pytest.raises(ExecutorError, match="launcher= and interface= need an allocation"):
+        Executor(launcher="srun")
