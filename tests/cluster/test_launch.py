@@ -53,6 +53,19 @@ def _alive(pids: set[int]) -> set[int]:
     return left
 
 
+def _sbatch_wait(slurm, cwd, script: str = "job.sh", timeout: float = 180) -> str:
+    """Submit and wait for the end (polling: `sbatch --wait` checks every 10 s); the job's
+    ExitCode as scontrol shows it."""
+    job = slurm.run("sbatch", "--parsable", script, cwd=cwd).stdout.strip()
+    assert job, "sbatch failed"
+    deadline = time.monotonic() + timeout
+    while slurm.run("squeue", "-h", "-j", job).stdout.strip():
+        assert time.monotonic() < deadline, f"job {job} still queued or running"
+        time.sleep(0.2)
+    info = slurm.run("scontrol", "show", "job", job).stdout
+    return next((w.split("=", 1)[1] for w in info.split() if w.startswith("ExitCode=")), "?")
+
+
 def test_salloc_python_m_shoal_uses_every_node(slurm, tmp_path) -> None:
     (tmp_path / "prog.py").write_text(PROG)
     r = slurm.run("salloc", "-N", "4", "--exclusive", "-t", "5", PY, "-m", "shoal", "prog.py",
@@ -76,9 +89,9 @@ def test_sbatch_shoal_run_uses_every_node(slurm, tmp_path) -> None:
         #SBATCH -o out.txt
         exec {PY} -m shoal run --no-summary tasks.txt
         """))
-    r = slurm.run("sbatch", "--wait", "job.sh", cwd=tmp_path, timeout=180)
+    code = _sbatch_wait(slurm, tmp_path)
     out = (tmp_path / "out.txt").read_text()
-    assert r.returncode == 0, r.stderr + out
+    assert code == "0:0", out
     nodes = [ln for ln in out.splitlines() if ln in ("n1", "n2", "n3", "n4")]
     assert len(nodes) == 32, out
     assert set(nodes) == {"n1", "n2", "n3", "n4"}, out
