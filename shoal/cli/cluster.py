@@ -47,6 +47,11 @@ def add_parser(sub: Any) -> None:
     h.add_argument("--journal", metavar="FILE",
                    help="SQLite journal of keyed tasks: a head restarted on the same file answers "
                         "the tasks that finished OK from it (docs/journal.md)")
+    h.add_argument("--expect-agents", type=int, default=0, metavar="N",
+                   help="dispatch nothing until N agents joined (or --expect-timeout passed), so "
+                        "the first tasks spread over the whole allocation")
+    h.add_argument("--expect-timeout", type=float, default=60.0, metavar="S",
+                   help="with --expect-agents: start anyway after S seconds (default 60)")
     h.set_defaults(func=head_command)
 
     a = sub.add_parser("agent", help="join a head as this node's agent")
@@ -129,6 +134,7 @@ def head_command(args: argparse.Namespace) -> int:
             *_opt("--host", args.host), "--prefetch", str(args.prefetch), "--bundle", args.bundle,
             *_opt("--heartbeat-timeout", args.heartbeat_timeout), "--crash-limit", str(args.crash_limit),
             *_opt("--journal", args.journal and os.path.abspath(args.journal)),
+            "--expect-agents", str(args.expect_agents), "--expect-timeout", str(args.expect_timeout),
             *([] if args.encrypt is None else ["--encrypt" if args.encrypt else "--no-encrypt"])])
         if err:
             print(f"shoal head: {err}", file=sys.stderr)
@@ -159,7 +165,8 @@ def head_command(args: argparse.Namespace) -> int:
     try:
         head = Head(conn, bind=bind, prefetch=args.prefetch,
                     heartbeat_timeout=args.heartbeat_timeout, crash_limit=args.crash_limit,
-                    journal=args.journal)
+                    journal=args.journal, expect_agents=args.expect_agents,
+                    expect_timeout=args.expect_timeout)
     except zmq.ZMQError as exc:
         print(f"shoal head: cannot listen on {bind}: {exc}", file=sys.stderr)
         return 2

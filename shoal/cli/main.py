@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "bundle": "bundle",    # build tiered environment bundles
     "bcast": "bundle",     # broadcast bundles to node-local storage
     "env": "bundle",       # print exports that reroute the interpreter
+    "info": "info",        # show the allocation, this node, launchers, address
 }
 
 

@@ -27,6 +27,11 @@ task's outcome, which then lists every failed attempt. An agent that is lost has
 attempts failed as LOST (requeued while under the crash limit); one that leaves in order
 (drain, shutdown) has its tasks requeued without counting.
 
+Resources (``shoal.head.placement``): tasks asking for GPUs, memory, MPI ranks/nodes,
+exclusive agents or a time limit wait in per-shape queues and are placed oldest first with
+the plain ones, with one reservation against starvation; impossible requests fail at once.
+``paused`` holds every dispatch until :meth:`resume` (the head waiting for its agents).
+
 Dependencies: a task waits in ``waiting`` until every task it depends on succeeded;
 if one failed or was cancelled it is resolved DEPFAIL without running. The head keeps
 live tasks only: a dependency that is no longer live and not in ``failed`` succeeded.
@@ -34,10 +39,13 @@ live tasks only: a dependency that is no longer live and not in ``failed`` succe
 
 from __future__ import annotations
 
+import time
 from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
+from shoal.head.placement import BACKOFF, DISPATCHED, QUEUED, WAITING, Placement, parse_need
+from shoal.head.state import AgentState, Decisions, Task, _err, _plural_gpus
 from shoal.transport.protocol import (
     CANCELLED,
     DEPFAIL,
@@ -55,16 +63,11 @@ from shoal.transport.protocol import (
     T_OWNER,
     T_PAYLOAD,
     T_PLACE,
-    TASK_LEN,
     TIMEOUT,
 )
 
 __all__ = ["SchedulerCore", "Decisions", "T_ID", "T_KIND", "T_FID", "T_PAYLOAD", "T_DEPS",
            "T_CORES", "T_HINT", "T_PLACE", "T_OPTS", "T_ATTEMPT", "T_OWNER"]
-
-# QUEUED: ready (in ``ready`` or an agent's own queue); BACKOFF: a failed attempt waits
-# for its retry (the server calls ``requeue`` when the delay is over)
-QUEUED, WAITING, DISPATCHED, BACKOFF = 0, 1, 2, 3
 
 CRASH_LIMIT = 3
 BACKOFF_BASE_S = 0.05      # first retry after an exception waits this long, doubling
@@ -76,91 +79,15 @@ _EXIT_TYPES = ("shoal.client.command.CommandError", "builtins.Exception")
 _STATUS_WORD = {ERR: "raised", LOST: "lost", TIMEOUT: "timed out", OK: "exited non-zero"}
 
 
-class Task:
-    __slots__ = ("tid", "spec", "owner", "state", "agent", "cores", "ndeps", "dependents", "static",
-                 "place", "hard", "opts", "crashes", "failures", "history", "key")
+class SchedulerCore(Placement):
+    """Task table + ready queue + per-agent credit. See module docstring and
+    :mod:`shoal.head.placement` (resources, reservation, MPI).
 
-    def __init__(self, tid: int, spec: list[Any], owner: bytes, static: bool,
-                 owner_num: int | None) -> None:
-        self.tid = tid
-        n = len(spec)
-        if n < TASK_LEN:
-            spec.extend([None] * (TASK_LEN - n))
-        spec[T_ATTEMPT] = 0
-        self.spec = spec
-        if owner_num is not None:
-            spec[T_OWNER] = owner_num
-        self.owner = owner
-        self.state = QUEUED
-        self.agent: bytes | None = None
-        self.cores = spec[T_CORES] or 1
-        self.ndeps = 0
-        self.dependents: list[int] | None = None
-        self.static = static
-        self.place: bytes | None = None
-        self.hard = False
-        self.opts: dict[str, Any] | None = spec[T_OPTS]
-        self.crashes = 0       # attempts lost in a row
-        self.failures = 0      # attempts that raised, timed out or exited non-zero
-        self.history: list[str] | None = None   # one line per failed attempt
-        self.key: str | None = None  # journal key (given by the submitter or derived by the head)
-        if spec[T_PLACE]:
-            name, hard = spec[T_PLACE]
-            self.place = name.encode() if isinstance(name, str) else name
-            self.hard = bool(hard)
+    ``clock`` (epoch seconds) is read only to compare a task's time limit with an agent's
+    ``end_time``."""
 
-
-@dataclass
-class AgentState:
-    name: bytes
-    slots: int
-    num: int = 0         # stamped on the results of tasks it ran
-    draining: bool = False   # leaving: gets nothing more
-    window: int = 0      # cores' worth of unfinished tasks the agent wants (it says so)
-    inflight: int = 0    # cores' worth of unfinished tasks it has
-    running: set[int] = field(default_factory=set)
-    own: deque[int] = field(default_factory=deque)  # tasks placed on this agent, ready
-
-    @property
-    def credit(self) -> int:
-        return self.window - self.inflight
-
-
-@dataclass
-class Decisions:
-    """What the server must do after an event."""
-
-    # agent -> task specs to send it
-    dispatch: dict[bytes, list[list[Any]]] = field(default_factory=dict)
-    # owner -> results to deliver: [tid, status, payload, extra]
-    resolve: dict[bytes, list[list[Any]]] = field(default_factory=dict)
-    # agent -> tids to cancel there (best effort: not yet started)
-    revoke: dict[bytes, list[int]] = field(default_factory=dict)
-    # (journal key, status, payload) of resolved tasks that have a key, in order
-    done_keys: list[tuple[str, int, bytes]] = field(default_factory=list)
-    # (delay in seconds, tid): retries to requeue (``SchedulerCore.requeue``) after a delay
-    later: list[tuple[float, int]] = field(default_factory=list)
-
-    def send(self, agent: bytes, spec: list[Any]) -> None:
-        self.dispatch.setdefault(agent, []).append(spec)
-
-    def result(self, owner: bytes, item: list[Any]) -> None:
-        self.resolve.setdefault(owner, []).append(item)
-
-    def __bool__(self) -> bool:
-        return bool(self.dispatch or self.resolve or self.revoke or self.done_keys or self.later)
-
-
-def _err(message: str) -> bytes:
-    # A plain-text error the client turns into an exception (ERR payloads from the head
-    # are text, not pickles: the head never pickles or unpickles user data).
-    return message.encode()
-
-
-class SchedulerCore:
-    """Task table + ready queue + per-agent credit. See module docstring."""
-
-    def __init__(self, crash_limit: int = CRASH_LIMIT) -> None:
+    def __init__(self, crash_limit: int = CRASH_LIMIT,
+                 clock: Callable[[], float] = time.time) -> None:
         self.tasks: dict[int, Task] = {}
         self.ready: deque[int] = deque()
         self.agents: dict[bytes, AgentState] = {}
@@ -172,19 +99,55 @@ class SchedulerCore:
         self.retried = 0                           # attempts that became a new attempt
         self.requeued = 0                          # tasks handed back or taken from a lost agent
         self.departed: dict[bytes, str] = {}       # agents that left or were lost -> why
+        # placement (shoal.head.placement)
+        self.clock = clock
+        self.seq = 0                               # tasks seen: their age
+        self.shaped: dict[tuple[Any, ...], deque[int]] = {}  # shape -> its ready tasks
+        self.nshaped = 0                           # tasks in ``shaped``
+        self.resv_tid: int | None = None           # the reservation's holder
+        self.resv_agents: tuple[bytes, ...] = ()
+        self.paused = False                        # hold every dispatch (see ``resume``)
+        self._plain_max = 1                        # most cores a plain task asked for
+        self._why_cache: dict[tuple[Any, ...], str | None] = {}
+        self._live: list[AgentState] = []
+        self._pass_free = 0
+        self._holder_seen = False
 
     # ---- agents -------------------------------------------------------------------
-    def add_agent(self, name: bytes, slots: int, num: int = 0) -> Decisions:
-        self.agents[name] = AgentState(name, slots, num)
+    def add_agent(self, name: bytes, slots: int, num: int = 0, *, gpus: int = 0, memory: int = 0,
+                  node: str | None = None, end_time: float | None = None) -> Decisions:
+        """An agent joined with ``slots`` cores, ``gpus``, ``memory`` bytes (0: not
+        counted), its launchers' ``node`` name (default: its name) and the ``end_time``
+        (epoch seconds) by which it must have left (None: unknown)."""
+        self.agents[name] = AgentState(name, slots, num, gpus, memory,
+                                       node or name.decode(errors="replace"), end_time)
         self.departed.pop(name, None)
+        self._why_cache.clear()
+        d = Decisions()
+        if self.paused:
+            return d
+        if self.pending_static:
+            batch, self.pending_static = self.pending_static, []
+            self._place_static(batch, d)
+        if self.ready or self.placed or self.nshaped:
+            self._fill_all(d)
+        self._fail_impossible(d)
+        return d
+
+    def resume(self) -> Decisions:
+        """Start dispatching (after ``paused``: the head waited for its agents)."""
+        self.paused = False
         d = Decisions()
         if self.pending_static:
             batch, self.pending_static = self.pending_static, []
             self._place_static(batch, d)
-        if self.ready or self.placed:
-            self._fill_all(d)
+        self._fill_all(d)
         self._fail_impossible(d)
         return d
+
+    def queued(self) -> int:
+        """Tasks ready and waiting for room (not counting placed ones)."""
+        return len(self.ready) + self.nshaped
 
     def remove_agent(self, name: bytes, reason: str, lost: bool = True) -> Decisions:
         """The agent left (``lost=False``: its tasks go back to the queue, no attempt
@@ -196,12 +159,24 @@ class SchedulerCore:
         if len(self.departed) >= 10_000:  # bounded: agents come and go in a long run
             self.departed.clear()
         self.departed[name] = reason
+        self._why_cache.clear()
+        if name in self.resv_agents:
+            self._unreserve()
         label = name.decode(errors="replace")
         why = f"agent {label} was lost: {reason}" if lost else f"agent {label} left: {reason}"
-        for tid in sorted(agent.running, reverse=True):  # each goes to the front: keep order
+        # MPI tasks led elsewhere with a share here: their attempt is lost with it
+        shared = [self.tasks[t] for t in sorted(agent.holds) if t in self.tasks]
+        for task in shared:
+            if task.state == DISPATCHED and task.agent is not None:
+                d.revoke.setdefault(task.agent, []).append(task.tid)
+        for tid in sorted(agent.running, reverse=True) + [t.tid for t in shared]:
             task = self.tasks.get(tid)
-            if task is None or task.agent != name:
+            if task is None or task.state != DISPATCHED:
                 continue
+            if task.agent != name and tid not in agent.holds:
+                continue
+            if task.alloc is not None:
+                self._release(task)
             task.state = QUEUED
             task.agent = None
             if lost:
@@ -210,6 +185,7 @@ class SchedulerCore:
                 self.requeued += 1
                 self._enqueue(task, d, front=True)
         agent.running.clear()
+        agent.holds.clear()
         self.placed -= len(agent.own)
         for tid in agent.own:
             task = self.tasks.get(tid)
@@ -218,11 +194,11 @@ class SchedulerCore:
             if task.hard:
                 self._finish(task, LOST, _err(f"agent {label} it was placed on left: {reason}"), d)
             else:
-                self.ready.append(tid)
+                self._push(task)
         agent.own.clear()
         if not self.agents:
             return d
-        if self.ready or self.placed:
+        if self.ready or self.placed or self.nshaped:
             self._fill_all(d)
         self._fail_impossible(d)
         return d
@@ -235,7 +211,11 @@ class SchedulerCore:
         if agent is None:
             return d
         agent.draining = True
-        agent.window = 0
+        agent.want = 0
+        self._rewindow(agent)
+        self._why_cache.clear()
+        if name in self.resv_agents:
+            self._unreserve()
         if agent.own:  # its placed queue goes to the others (hard placements are lost)
             own, agent.own = agent.own, deque()
             self.placed -= len(own)
@@ -247,8 +227,9 @@ class SchedulerCore:
                     self._finish(task, LOST, _err(f"agent {name.decode(errors='replace')} it was "
                                                   "placed on is leaving"), d)
                 else:
-                    self.ready.append(tid)
+                    self._push(task)
             self._fill_all(d)
+        self._fail_impossible(d)
         return d
 
     def returned(self, name: bytes, tids: list[int]) -> Decisions:
@@ -259,16 +240,22 @@ class SchedulerCore:
             task = self.tasks.get(tid)
             if task is None or task.agent != name or task.state != DISPATCHED:
                 continue
-            if agent is not None and tid in agent.running:
-                agent.running.discard(tid)
-                agent.inflight -= task.cores
+            self._unrun(agent, task)
             task.state = QUEUED
             task.agent = None
             self.requeued += 1
             self._enqueue(task, d, front=True)
-        if self.ready or self.placed:
+        if self.ready or self.placed or self.nshaped:
             self._fill_all(d)
         return d
+
+    def _unrun(self, agent: AgentState | None, task: Task) -> None:
+        """Take back what a dispatched task holds (it is no longer on its agent)."""
+        if task.alloc is not None:
+            self._release(task)
+        elif agent is not None and task.tid in agent.running:
+            agent.running.discard(task.tid)
+            agent.inflight -= task.cores
 
     def requeue(self, tids: list[int]) -> Decisions:
         """The backoff of these retries is over: queue them again."""
@@ -278,7 +265,7 @@ class SchedulerCore:
             if task is not None and task.state == BACKOFF:
                 task.state = QUEUED
                 self._enqueue(task, d)
-        if self.ready or self.placed:
+        if self.ready or self.placed or self.nshaped:
             self._fill_all(d)
         return d
 
@@ -292,7 +279,11 @@ class SchedulerCore:
         agent = self.agents.get(name)
         if agent is None or agent.draining:
             return d
-        agent.window = window
+        agent.want = window
+        if agent.held or agent.rv_cores or agent.excl:
+            self._rewindow(agent)
+        else:
+            agent.base = agent.window = window
         self._fill(agent, d)
         return d
 
@@ -306,11 +297,16 @@ class SchedulerCore:
         d = Decisions()
         tasks = self.tasks
         fresh: list[Task] = []
+        seq = self.seq
         for i, spec in enumerate(specs):
-            task = Task(spec[T_ID], spec, owner, static, owner_num)
+            seq += 1
+            task = Task(spec[T_ID], spec, owner, static, owner_num, seq)
             tasks[task.tid] = task
             if keys is not None:
                 task.key = keys[i]
+            if task.opts or task.cores != 1:
+                if not self._shape(task, d):
+                    continue
             deps = spec[T_DEPS]
             if deps:
                 bad = self._wire_deps(task, deps)
@@ -321,23 +317,55 @@ class SchedulerCore:
                     task.state = WAITING
                     continue
             fresh.append(task)
+        self.seq = seq
         if static:
-            self._place_static([t for t in fresh if t.place is None], d)
-            fresh = [t for t in fresh if t.place is not None]
+            self._place_static([t for t in fresh if t.place is None and t.need is None], d)
+            fresh = [t for t in fresh if t.place is not None or t.need is not None]
+        ready = self.ready
         for task in fresh:
-            if task.place is None:
-                self.ready.append(task.tid)
-            else:
+            if task.place is not None:
                 self._enqueue_placed(task, d)
+            elif task.need is None:
+                ready.append(task.tid)
+            else:
+                self._push_shaped(task)
         if fresh:
             self._fill_all(d)
         return d
+
+    def _shape(self, task: Task, d: Decisions) -> bool:
+        """Read a task's resource request; False (and the task failed) when it is bad."""
+        need = parse_need(task.cores, task.opts)
+        if isinstance(need, str):
+            self._finish(task, ERR, _err(f"task {task.tid}: {need}"), d)
+            return False
+        if need is None:
+            if task.cores > self._plain_max:
+                self._plain_max = task.cores
+            return True
+        task.need = need
+        if need.ranks and task.place is not None:
+            if task.hard:
+                self._finish(task, ERR, _err(f"task {task.tid}: an MPI task cannot be placed on "
+                                             "one agent (its ranks go where the head finds room)"), d)
+                return False
+            task.place = None  # a soft preference: its ranks go where there is room
+        return True
+
+    def _push(self, task: Task, front: bool = False) -> None:
+        """Queue a ready task that has no placement (or lost it)."""
+        if task.need is not None:
+            self._push_shaped(task, front)
+        elif front:
+            self.ready.appendleft(task.tid)
+        else:
+            self.ready.append(task.tid)
 
     def _enqueue_placed(self, task: Task, d: Decisions) -> None:
         agent = self.agents.get(task.place)  # type: ignore[arg-type]
         if agent is None or agent.draining:
             if not task.hard:
-                self.ready.append(task.tid)
+                self._push(task)
                 return
             name = task.place.decode(errors="replace")  # type: ignore[union-attr]
             gone = self.departed.get(task.place)  # type: ignore[arg-type]
@@ -348,12 +376,15 @@ class SchedulerCore:
             else:
                 self._finish(task, ERR, _err(f"no agent named {name!r} is connected"), d)
             return
-        if task.cores > agent.slots:
+        if task.cores > agent.slots or (task.need is not None and not self._capable(agent, task.need)):
             if task.hard:
-                self._finish(task, ERR, _err(f"task asks for {task.cores} cores but agent "
-                                             f"{agent.name.decode()} has {agent.slots}"), d)
+                label = agent.name.decode(errors="replace")
+                self._finish(task, ERR, _err(
+                    f"task {task.tid} asks for {task.cores} cores but agent {label} has "
+                    f"{agent.slots}" if task.cores > agent.slots else
+                    f"task {task.tid} asks for more than agent {label} has ({_plural_gpus(agent)})"), d)
             else:
-                self.ready.append(task.tid)
+                self._push(task)
             return
         agent.own.append(task.tid)
         self.placed += 1
@@ -389,7 +420,9 @@ class SchedulerCore:
             attempt = item[3] if len(item) > 3 else None
             if attempt is not None and attempt != task.spec[T_ATTEMPT]:
                 continue
-            if agent is not None and task.tid in agent.running:
+            if task.alloc is not None:
+                self._release(task)
+            elif agent is not None and task.tid in agent.running:
                 agent.running.discard(task.tid)
                 agent.inflight -= task.cores
             status = item[1]
@@ -403,7 +436,7 @@ class SchedulerCore:
                                      agent_name.decode(errors="replace"), num, d, item)
             else:
                 self._finish(task, status, item[2], d, num, item)
-        if self.ready or self.placed:
+        if self.ready or self.placed or self.nshaped:
             self._fill_all(d)
         return d
 
@@ -464,10 +497,8 @@ class SchedulerCore:
         task.state = QUEUED
         if task.place is not None:
             self._enqueue_placed(task, d)
-        elif front:
-            self.ready.appendleft(task.tid)
         else:
-            self.ready.append(task.tid)
+            self._push(task, front)
 
     def cancel(self, tids: list[int], owner: bytes) -> tuple[list[int], Decisions]:
         """Cancel tasks not yet dispatched; returns the tids really cancelled.
@@ -503,15 +534,15 @@ class SchedulerCore:
             task = self.tasks.get(tid)
             if task is None or task.agent != agent_name:
                 continue
-            if agent is not None and tid in agent.running:
-                agent.running.discard(tid)
-                agent.inflight -= task.cores
+            self._unrun(agent, task)
             self._finish(task, CANCELLED, b"", d, notify_owner=False)
-        if self.ready or self.placed:
+        if self.ready or self.placed or self.nshaped:
             self._fill_all(d)
         return d
 
     def _unqueue(self, task: Task) -> None:
+        if task.need is not None and self._unqueue_shaped(task):
+            return
         place = self.agents.get(task.place) if task.place is not None else None
         if place is not None:
             try:
@@ -534,19 +565,26 @@ class SchedulerCore:
         for task in mine:
             if task.state == DISPATCHED and task.agent is not None:
                 d.revoke.setdefault(task.agent, []).append(task.tid)
-                agent = self.agents.get(task.agent)
-                if agent is not None and task.tid in agent.running:
-                    agent.running.discard(task.tid)
-                    agent.inflight -= task.cores
+                self._unrun(self.agents.get(task.agent), task)
+            if task.tid == self.resv_tid:
+                self._unreserve()
             self._finish(task, CANCELLED, b"", d, notify_owner=False)
         if self.ready:
             self.ready = deque(t for t in self.ready if t in self.tasks)
+        if self.nshaped:
+            for key in list(self.shaped):
+                q = deque(t for t in self.shaped[key] if t in self.tasks)
+                self.nshaped -= len(self.shaped[key]) - len(q)
+                if q:
+                    self.shaped[key] = q
+                else:
+                    del self.shaped[key]
         if self.placed:
             for agent in self.agents.values():
                 if agent.own:
                     agent.own = deque(t for t in agent.own if t in self.tasks)
             self.placed = sum(len(a.own) for a in self.agents.values())
-        if self.ready or self.placed:  # the freed slots go to the others' tasks
+        if self.ready or self.placed or self.nshaped:  # the freed slots go to the others' tasks
             self._fill_all(d)
         return d
 
@@ -594,12 +632,21 @@ class SchedulerCore:
                     child.state = QUEUED
                     if child.place is not None:
                         self._enqueue_placed(child, d)
+                    elif child.need is not None:
+                        self._push_shaped(child)
                     elif child.static:
                         self._place_static([child], d)
                     else:
                         self.ready.append(child_id)
 
     def _fill_all(self, d: Decisions) -> None:
+        if self.paused:
+            return
+        if self.nshaped:
+            self._pass(d)
+            return
+        if self.resv_tid is not None:  # a plain holder: FIFO order keeps its turn now
+            self._unreserve()
         # Most credit first, so a burst spreads over agents instead of filling one.
         agents = sorted((a for a in self.agents.values() if not a.draining), key=lambda a: -a.credit)
         for agent in agents:
@@ -608,34 +655,46 @@ class SchedulerCore:
             self._fill(agent, d)
 
     def _fill(self, agent: AgentState, d: Decisions) -> None:
+        if self.paused:
+            return
+        if self.nshaped:  # shaped tasks wait: place oldest first over every agent
+            self._pass(d)
+            return
+        if self.resv_tid is not None:
+            self._unreserve()
         if agent.own:
             self._fill_own(agent, d)
         ready, tasks = self.ready, self.tasks
         out: list[list[Any]] | None = None
         skipped: list[int] = []
-        while ready and agent.credit > 0:
+        slots = agent.slots
+        credit = agent.window - agent.inflight  # kept locally: this loop is the hot path
+        name, running = agent.name, agent.running
+        while ready and credit > 0:
             tid = ready.popleft()
             task = tasks.get(tid)
             if task is None:
                 continue
-            if task.cores > agent.credit:
-                if task.cores > agent.slots:
+            cores = task.cores
+            if cores > credit or cores > slots:
+                if cores > slots:
                     skipped.append(tid)  # never fits this agent; another may take it
                     continue
                 ready.appendleft(tid)  # wait for enough credit on this agent
                 break
-            agent.inflight += task.cores
+            credit -= cores
             task.state = DISPATCHED
-            task.agent = agent.name
-            agent.running.add(tid)
+            task.agent = name
+            running.add(tid)
             spec = task.spec
             spec[T_ATTEMPT] += 1
             if out is None:
-                out = d.dispatch.setdefault(agent.name, [])
+                out = d.dispatch.setdefault(name, [])
             out.append(spec)
+        agent.inflight = agent.window - credit
         if skipped:
             ready.extendleft(reversed(skipped))
-            self._fail_impossible(d)
+            self._fail_impossible(d, skipped)
         if self.placed and agent.credit > 0 and not agent.own:
             self._steal(agent, d)
 
@@ -654,6 +713,13 @@ class SchedulerCore:
             if task is None:
                 own.popleft()
                 self.placed -= 1
+                continue
+            if task.need is not None:
+                if not self._fits(agent, task.need, False):
+                    break
+                own.popleft()
+                self.placed -= 1
+                self._take_shaped(agent, task, d)
                 continue
             if task.cores > agent.credit:
                 break
@@ -675,39 +741,24 @@ class SchedulerCore:
                 if task is None:
                     self.placed -= 1
                     continue
-                if task.hard or task.cores > thief.credit:
+                if task.hard or task.cores > thief.credit or (
+                        task.need is not None and not self._fits(thief, task.need, False)):
                     keep.append(tid)
                     continue
                 self.placed -= 1
-                self._take(thief, task, d)
+                if task.need is not None:
+                    self._take_shaped(thief, task, d)
+                else:
+                    self._take(thief, task, d)
             if keep:
                 own.extendleft(reversed(keep))
             if thief.credit <= 0:
                 return
 
-    def _fail_impossible(self, d: Decisions) -> None:
-        """Fail tasks that ask for more cores than any agent has (while agents exist)."""
-        if not self.agents:
-            return
-        biggest = max(a.slots for a in self.agents.values())
-        bad = [tid for tid in self.ready if tid in self.tasks and self.tasks[tid].cores > biggest]
-        if not bad:
-            return
-        bad_set = set(bad)
-        self.ready = deque(t for t in self.ready if t not in bad_set)
-        for tid in bad:
-            task = self.tasks[tid]
-            self._finish(
-                task,
-                ERR,
-                _err(f"task asks for {task.cores} cores but the largest agent has {biggest}"),
-                d,
-            )
-
     def _place_static(self, batch: list[Task], d: Decisions) -> None:
         if not batch:
             return
-        if not self.agents:
+        if not self.agents or self.paused:
             self.pending_static.extend(batch)
             return
         slots = [(a, i) for a in self.agents.values() if not a.draining for i in range(a.slots)]

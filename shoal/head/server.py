@@ -33,6 +33,31 @@ ORIGINS_PER_AGENT = 1 << 16  # tid origins an agent may hand to worker incarnati
 EVICT_EVERY_S = 1.0        # at most one EVICTED per second to a peer we do not know
 
 
+def agent_resources(ident: bytes, info: dict[str, Any]) -> dict[str, Any]:
+    """An agent's HELLO resources for the core: gpus, memory (bytes, 0: not counted), node
+    (its launchers' node name, else its name) and end_time (epoch seconds or None). A bad
+    value is logged and read as none."""
+    out: dict[str, Any] = {"gpus": 0, "memory": 0, "node": ident.decode(errors="replace"),
+                           "end_time": None}
+    for key in ("gpus", "memory"):
+        v = info.get(key)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            log.warning("agent %r: HELLO %s=%r is not a count; taken as 0", ident[:64], key, v)
+        else:
+            out[key] = v
+    node = info.get("node")
+    if isinstance(node, str) and node:
+        out["node"] = node
+    end = info.get("end_time")
+    if isinstance(end, (int, float)) and not isinstance(end, bool):
+        out["end_time"] = float(end)
+    elif end is not None:
+        log.warning("agent %r: HELLO end_time=%r is not a time; taken as unknown", ident[:64], end)
+    return out
+
+
 class Peer:
     __slots__ = ("ident", "role", "sent_fids", "last_seen", "slots", "info", "num", "keys")
 
@@ -60,11 +85,18 @@ class Head:
         heartbeat_timeout: float | None = None,
         crash_limit: int = 3,
         journal: str | None = None,
+        expect_agents: int = 0,
+        expect_timeout: float = 60.0,
     ) -> None:
+        """``expect_agents``: hold the first dispatch until that many agents joined or
+        ``expect_timeout`` seconds passed, so a map spreads over the whole allocation."""
         if heartbeat_timeout is not None and heartbeat_timeout <= 0:
             raise ValueError(f"the heartbeat timeout must be > 0 seconds, not {heartbeat_timeout}")
         if crash_limit < 1:
             raise ValueError(f"the crash limit must be at least 1, not {crash_limit}")
+        if expect_agents < 0 or expect_timeout < 0:
+            raise ValueError(f"--expect-agents {expect_agents} / --expect-timeout {expect_timeout}: "
+                             "must not be negative")
         # journal: opened before the socket, so a bad file stops the head before it binds
         self.journal = Journal(journal) if journal else None
         self.from_journal = 0
@@ -77,6 +109,10 @@ class Head:
         # beat often enough that a few lost beats never look like a lost peer
         self.heartbeat_s = min(HEARTBEAT_S, self.timeout_s / 4)
         self.core = SchedulerCore(crash_limit=crash_limit)
+        # waiting for the allocation's agents: dispatch held until then (0: no deadline)
+        self.expect_agents = expect_agents
+        self._expect_until = time.monotonic() + expect_timeout if expect_agents else 0.0
+        self.core.paused = expect_agents > 0
         self.prefetch = max(0, prefetch)
         self.owner_pid = owner_pid
         self.exit_when_idle = exit_when_idle
@@ -117,6 +153,8 @@ class Head:
                 wait = self.heartbeat_s
                 if later:
                     wait = max(0.0, min(wait, later[0][0] - time.monotonic()))
+                if self._expect_until:
+                    wait = max(0.0, min(wait, self._expect_until - time.monotonic()))
                 if poller.poll(wait * 1000):
                     for _ in range(10000):
                         try:
@@ -128,6 +166,9 @@ class Head:
                             break
                     self._flush()
                 now = time.monotonic()
+                if self._expect_until and now >= self._expect_until:
+                    self._stop_waiting(f"--expect-timeout passed with {self._agent_count()} of "
+                                       f"{self.expect_agents} agents")
                 if later and later[0][0] <= now:
                     due = []
                     while later and later[0][0] <= now:
@@ -259,8 +300,22 @@ class Head:
                          "journal": self.journal is not None}],  # journal: clients send keys
         )
         if role == "agent":
-            log.info("agent %s joined with %d slots", ident.decode(errors="replace"), peer.slots)
-            self._apply(self.core.add_agent(ident, peer.slots, peer.num))
+            res = agent_resources(ident, info)
+            log.info("agent %s joined with %d slots%s", ident.decode(errors="replace"), peer.slots,
+                     f", {res['gpus']} GPUs" if res["gpus"] else "")
+            self._apply(self.core.add_agent(ident, peer.slots, peer.num, **res))
+            if self._expect_until and self._agent_count() >= self.expect_agents:
+                self._stop_waiting(f"{self.expect_agents} agents joined")
+
+    def _agent_count(self) -> int:
+        return sum(1 for p in self.peers.values() if p.role == "agent")
+
+    def _stop_waiting(self, why: str) -> None:
+        """The wait for the allocation's agents is over: dispatch from now on."""
+        self._expect_until = 0.0
+        log.info("%s: dispatching", why)
+        self._apply(self.core.resume())
+        self._flush()
 
     def _agent_cancelled(self, agent: bytes, key: int, tids: list[int]) -> None:
         self._apply(self.core.cancelled_on_agent(agent, tids))
@@ -459,7 +514,8 @@ class Head:
         """The connected agents: name, number, host, slots, pid."""
         return [
             {"name": p.ident.decode(errors="replace"), "num": p.num, "slots": p.slots,
-             "host": str(p.info.get("host", "")), "pid": int(p.info.get("pid", 0))}
+             "host": str(p.info.get("host", "")), "pid": int(p.info.get("pid", 0)),
+             **agent_resources(p.ident, p.info)}
             for p in self.peers.values() if p.role == "agent"
         ]
 
@@ -468,7 +524,7 @@ class Head:
         return {
             "agents": sum(1 for p in self.peers.values() if p.role == "agent"),
             "slots": core.total_slots(),
-            "queued": len(core.ready),
+            "queued": core.queued(),
             "live": len(core.tasks),
             "completed": core.completed,
             "retried": core.retried,
