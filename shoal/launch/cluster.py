@@ -122,8 +122,9 @@ class AllocationCluster:
         self.launcher = launcher or default_launcher(allocation)
         self.launcher.check()
         self.allocation = allocation
-        if slots is not None:
-            nodes = tuple(Node(n.name, min(n.cpus, slots), n.gpus) for n in allocation.nodes)
+        if slots is not None:  # a cap per node (cpus 0: counted on the node, so slots)
+            nodes = tuple(Node(n.name, min(n.cpus, slots) if n.cpus else slots, n.gpus)
+                          for n in allocation.nodes)
         else:
             nodes = allocation.nodes
         self.nodes = nodes
@@ -437,50 +438,14 @@ def _status(rc: int | None) -> str:
 # ---- the command line -----------------------------------------------------------------
 def given_allocation(hostfile: str | None = None, hosts: str | None = None,
                      env: Mapping[str, str] | None = None) -> Allocation | None:
-    """The allocation named on the command line (``--hostfile FILE``, ``--hosts h1:4,h2:4``),
-    or None when neither is given. Uses ``discover(env, hostfile=, hosts=)`` where
-    allocation discovery takes them, else reads them here ("host [N]" or "host slots=N"
-    lines; ``#`` comments). Raises AllocationError naming the bad line."""
+    """The allocation named on the command line (``--hostfile FILE``, ``--hosts h1:4,h2:4``,
+    read by ``shoal.launch.allocation.discover``), or None when neither is given. Raises
+    AllocationError naming the bad line."""
     if not hostfile and not hosts:
         return None
-    import inspect
+    from shoal.launch.allocation import discover
 
-    from shoal.launch import allocation as A
-
-    if "hostfile" in inspect.signature(A.discover).parameters:
-        return A.discover(os.environ if env is None else env, hostfile=hostfile,  # type: ignore[call-arg]
-                          hosts=hosts)
-    nodes: list[Node] = []
-    if hosts:
-        for i, item in enumerate(h for h in hosts.split(",") if h.strip()):
-            nodes.append(_host_entry(item.replace(":", " ", 1), f"--hosts item {i + 1}"))
-        source = "--hosts"
-    else:
-        assert hostfile is not None
-        try:
-            text = open(hostfile).read()
-        except OSError as exc:
-            raise A.AllocationError(f"--hostfile {hostfile}: {exc.strerror}") from None
-        for number, line in enumerate(text.splitlines(), 1):
-            line = line.split("#", 1)[0].strip()
-            if line:
-                nodes.append(_host_entry(line, f"{hostfile}:{number}"))
-        source = hostfile
-    if not nodes:
-        raise A.AllocationError(f"{source}: names no host")
-    return Allocation("hostfile", tuple(nodes), source=source)
-
-
-def _host_entry(text: str, where: str) -> Node:
-    from shoal.launch.allocation import AllocationError
-
-    words = text.split()
-    count = "1"
-    if len(words) == 2:
-        count = words[1].removeprefix("slots=")
-    if not words or len(words) > 2 or not count.isdigit() or int(count) < 1:
-        raise AllocationError(f"{where}: {text.strip()!r} is not 'HOST N' (a host and its CPUs)")
-    return Node(words[0], int(count))
+    return discover(os.environ if env is None else env, hostfile=hostfile, hosts=hosts)
 
 
 def add_cluster_options(ap: Any) -> None:

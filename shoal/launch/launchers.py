@@ -44,8 +44,9 @@ class Launch:
 
 
 def node_args(node: Node) -> list[str]:
-    """The per-node agent arguments: ``--slots`` = the node's CPUs, ``--gpus`` when it has GPUs."""
-    args = ["--slots", str(max(1, node.cpus))]
+    """The per-node agent arguments: ``--slots`` = the node's CPUs (none when the allocation
+    does not say: ``cpus`` 0, the agent counts them there), ``--gpus`` when it has GPUs."""
+    args = ["--slots", str(node.cpus)] if node.cpus > 0 else []
     if node.gpus:
         args += ["--gpus", str(len(node.gpus))]
     return args
@@ -112,7 +113,8 @@ class SrunLauncher(Launcher):
         for group in _groups(nodes):
             first = group[0]
             argv = ["srun", "--overlap", f"--nodes={len(group)}", f"--ntasks={len(group)}",
-                    "--ntasks-per-node=1", f"--cpus-per-task={max(1, first.cpus)}",
+                    "--ntasks-per-node=1",
+                    *([f"--cpus-per-task={first.cpus}"] if first.cpus > 0 else []),
                     "--cpu-bind=none", "--kill-on-bad-exit=0", "--job-name=shoal-agents",
                     f"--nodelist={','.join(n.name for n in group)}"]
             if first.gpus:
@@ -238,13 +240,13 @@ def get_launcher(name: str) -> Launcher:
 
 def default_launcher(alloc: Allocation) -> Launcher:
     """The launcher for an allocation kind: Slurm -> srun, PBS -> pbsdsh (mpirun where
-    pbsdsh is missing), everything else (SGE, LSF, Flux, a hostfile) -> ssh (mpirun where
-    ssh is missing); a hostfile naming only this host -> local."""
+    pbsdsh is missing), everything else (SGE, LSF, Flux, a hostfile, ``--hosts``) -> ssh
+    (mpirun where ssh is missing); a hostfile naming only this host -> local."""
     if alloc.kind == "slurm":
         return SrunLauncher()
     if alloc.kind == "pbs":
         return PbsdshLauncher() if shutil.which("pbsdsh") else MpirunLauncher()
-    if alloc.kind == "hostfile" and all(_is_this_host(n.name) for n in alloc.nodes):
+    if alloc.kind in ("hostfile", "hosts") and all(_is_this_host(n.name) for n in alloc.nodes):
         return LocalLauncher()
     return SshLauncher() if shutil.which("ssh") or not shutil.which("mpirun") else MpirunLauncher()
 
