@@ -199,3 +199,49 @@ def test_launcher_without_an_allocation_is_a_clear_error() -> None:
         pytest.skip("runs inside a Slurm job")
     with pytest.raises(ExecutorError, match="launcher= and interface= need an allocation"):
         Executor(launcher="srun")
+
+
+class _OneBadNode(L.LocalLauncher):
+    """Local agents, but node "bad" is pointed at a connection file that is not there: a
+    real node-side failure, reported through the launcher's stderr."""
+
+    def launches(self, nodes, agent, env=None):
+        out = []
+        for launch in super().launches(nodes, agent, env):
+            argv = list(launch.argv)
+            if launch.nodes[0].name == "bad":
+                argv[argv.index("--connection") + 1] = "/nonexistent/connection.json"
+            out.append(L.Launch(launch.nodes, tuple(argv), launch.env))
+        return out
+
+
+def test_a_failed_node_is_named_and_the_others_run(tmp_path, monkeypatch, capfd) -> None:
+    from shoal import Executor
+
+    monkeypatch.chdir(tmp_path)
+    alloc = Allocation("hosts", (Node("good", 2), Node("bad", 2)))
+    t0 = time.monotonic()
+    with Executor(allocation=alloc, launcher=_OneBadNode(), interface="lo") as ex:
+        took = time.monotonic() - t0
+        assert ex.slots == 2 and [a.name for a in ex.agents()] == ["good"]
+        assert ex.submit(abs, -4).result() == 4
+    err = capfd.readouterr().err.splitlines()
+    assert took < 10
+    assert [ln for ln in err if ln.startswith("shoal: ")] == [
+        "shoal: node bad: cannot read the connection file /nonexistent/connection.json "
+        "(connection file '/nonexistent/connection.json' does not exist); the run directory "
+        "must be on a file system every node shares (set SHOAL_RUN_DIR)",
+        "shoal: going on with 1 of 2 nodes (2 slots)"], err
+
+
+def test_shoal_run_with_hosts(tmp_path) -> None:
+    (tmp_path / "tasks.txt").write_text("echo one\necho two\n")
+    r = subprocess.run([sys.executable, "-m", "shoal", "run", "--no-summary", "--hosts",
+                        "localhost:2", "tasks.txt"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=60, env={**os.environ, "PYTHONPATH": ROOT})
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.split()) == ["one", "two"]
+    r = subprocess.run([sys.executable, "-m", "shoal", "run", "--hosts", "h1:x", "tasks.txt"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": ROOT})
+    assert r.returncode == 2 and r.stderr.startswith("shoal run: --hosts 'h1:x'"), r.stderr
