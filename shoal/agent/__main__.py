@@ -36,6 +36,41 @@ def add_failure_options(ap: argparse.ArgumentParser) -> None:
                          "seconds (default 3)")
 
 
+def add_resource_options(ap: argparse.ArgumentParser) -> None:
+    """The agent's options for what it offers and how it runs tasks (shared with `shoal
+    agent`); see shoal.agent.resources."""
+    ap.add_argument("--gpus", metavar="N|IDS",
+                    help="GPUs offered: a count (4: devices 0-3) or device ids (0,2,5) "
+                         "(default: the job's CUDA_VISIBLE_DEVICES/ROCR_VISIBLE_DEVICES/"
+                         "SLURM_JOB_GPUS, else nvidia-smi -L, else none)")
+    ap.add_argument("--memory", metavar="SIZE",
+                    help="memory offered to tasks that ask for some, e.g. 64GiB (default: the "
+                         "Slurm job's on this node, else 0: not counted)")
+    ap.add_argument("--mpi-launcher", choices=("mpirun", "srun"), default="mpirun",
+                    help="how MPI tasks (ranks=) start: OpenMPI's mpirun --host (default), or "
+                         "srun --nodelist inside a Slurm job")
+    ap.add_argument("--idle-timeout", type=float, metavar="S",
+                    help="leave (drain and exit 0) after S seconds with nothing to run "
+                         "(pilot jobs; default: stay)")
+
+
+def resource_kwargs(args: argparse.Namespace) -> dict[str, object]:
+    """Agent keyword arguments from ``add_resource_options``; ValueError names a bad one."""
+    from shoal.agent.resources import parse_gpus
+
+    memory = None
+    if args.memory is not None:
+        memory = limits.parse_size(args.memory)
+        if memory is None:  # "unlimited": nothing to count
+            memory = 0
+    if args.gpus is not None:
+        parse_gpus(args.gpus)  # checked here, for a clear message before anything starts
+    if args.idle_timeout is not None and not args.idle_timeout > 0:
+        raise ValueError(f"--idle-timeout {args.idle_timeout:g}: must be more than 0 seconds")
+    return {"gpus": args.gpus, "memory": memory, "mpi_launcher": args.mpi_launcher,
+            "idle_timeout": args.idle_timeout}
+
+
 def failure_kwargs(args: argparse.Namespace, connection_file: str) -> dict[str, object]:
     """Agent keyword arguments from ``add_failure_options``; ValueError names a bad one."""
     from shoal.agent.failures import parse_walltime
@@ -63,11 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-output", metavar="SIZE", help=limits.OUTPUT_HELP)
     ap.add_argument("--max-result", metavar="SIZE", help=limits.RESULT_HELP)
     add_failure_options(ap)
+    add_resource_options(ap)
     args = ap.parse_args(argv)
     try:
         limits.check_counts(args.slots, args.workers)
         limits.configure(*limits.from_args(args.max_output, args.max_result))
         extra = failure_kwargs(args, args.connection)
+        extra.update(resource_kwargs(args))
     except ValueError as exc:
         print(f"python -m shoal.agent: {exc}", file=sys.stderr)
         return 2
@@ -78,10 +115,14 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"python -m shoal.agent: {exc}", file=sys.stderr)
         return EXIT_BAD_ARGS
-    agent = Agent(conn.address, conn.key, slots=args.slots, workers=args.workers, name=args.name,
-                  owner_pid=args.owner_pid,
-                  sys_path=json.loads(args.sys_path) if args.sys_path else None,
-                  server_key=server_key(conn), **extra)  # type: ignore[arg-type]
+    try:
+        agent = Agent(conn.address, conn.key, slots=args.slots, workers=args.workers,
+                      name=args.name, owner_pid=args.owner_pid,
+                      sys_path=json.loads(args.sys_path) if args.sys_path else None,
+                      server_key=server_key(conn), **extra)  # type: ignore[arg-type]
+    except ValueError as exc:
+        print(f"python -m shoal.agent: {exc}", file=sys.stderr)
+        return 2
     agent.run()
     return agent.exit_code
 

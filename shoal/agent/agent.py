@@ -13,7 +13,8 @@ ran. The agent sends HEARTBEAT when it sent nothing else for heartbeat_s and giv
 head silent for timeout_s (exit status 3, or with ``reconnect`` waits for a new head on the
 same connection file). EVICTED (the head declared it lost) drops everything it holds.
 
-The class is cut in mixins over the same state: ``pool`` (the worker processes),
+The class is cut in mixins over the same state: ``placing`` (tasks with resources: bound
+cores, GPU devices, MPI ranks; --idle-timeout), ``pool`` (the worker processes),
 ``headlink`` (connection, loss, reconnect, eviction), ``stopping`` (time limits, cancels of
 running tasks, the drain, recycling workers between clients); this module holds the loop,
 the messages and placing work.
@@ -38,7 +39,7 @@ from typing import Any
 import zmq
 
 from shoal._sys import alive, set_parent_death_signal
-from shoal.agent import launcher
+from shoal.agent import launcher, resources
 from shoal.agent.failures import OomWatch, failure_info, text_info
 from shoal.agent.headlink import (
     EXIT_OK,
@@ -46,6 +47,7 @@ from shoal.agent.headlink import (
     HEARTBEAT_S,
     HeadLink,
 )
+from shoal.agent.placing import Placing
 from shoal.agent.pool import SLOT_BYTES, WorkerHandle, WorkerPool, spec_attempt, spec_owner
 from shoal.agent.stopping import Stopping
 from shoal.transport import protocol as P
@@ -65,13 +67,14 @@ QUEUE_MAX = 1000
 # goes at once, results in a stream wait for company. Short commands finish one by one,
 # and a message per result would cost the head and the client more than the commands.
 RESULTS_DELAY_S = 0.002
+HELD_SCAN = 64  # commands waiting for GPUs that later ones may pass, per pass of dispatch
 RESULTS_BATCH = 256
 HELLO_AGAIN_S = 5.0      # while waiting for a restarted head, say HELLO again this often
 T_OPTS, T_ATTEMPT, T_OWNER = P.T_OPTS, P.T_ATTEMPT, P.T_OWNER
 OWNER_SCAN = 256  # queued tasks a worker bound to one client looks through for its own
 
 
-class Agent(WorkerPool, HeadLink, Stopping):
+class Agent(Placing, WorkerPool, HeadLink, Stopping):
     def __init__(
         self,
         address: str,
@@ -88,6 +91,10 @@ class Agent(WorkerPool, HeadLink, Stopping):
         drain_timeout: float = 60.0,
         walltime: float | None = None,
         server_key: str | None = None,
+        gpus: str | None = None,
+        memory: int | None = None,
+        mpi_launcher: str = "mpirun",
+        idle_timeout: float | None = None,
     ) -> None:
         self.address = address
         self.key = key
@@ -99,7 +106,21 @@ class Agent(WorkerPool, HeadLink, Stopping):
         # the workers' channel keeps the key they were forked with, whatever the head's
         self.worker_key = key
         self.wcodec = P.Codec(key)
-        self.slots = slots or os.cpu_count() or 1
+        # Cores, GPUs, memory and node name (shoal.agent.resources): the flags, else the
+        # allocation's share of this node, else the machine. ValueError: a bad flag.
+        self.capacity = resources.capacity(slots, gpus, memory)
+        self.slots = self.capacity.slots
+        self.placer = resources.Placer(self.slots, self.capacity.gpus)
+        if mpi_launcher not in resources.MPI_LAUNCHERS:
+            raise ValueError(f"--mpi-launcher {mpi_launcher!r}: expected one of "
+                             f"{', '.join(resources.MPI_LAUNCHERS)}")
+        self.mpi_launcher = mpi_launcher
+        if idle_timeout is not None and not idle_timeout > 0:
+            raise ValueError(f"--idle-timeout {idle_timeout:g}: must be more than 0 seconds")
+        self.idle_timeout = idle_timeout
+        self.idle_since = time.monotonic()
+        self.gpu_py: deque[list[Any]] = deque()  # Python tasks with GPUs, not given out yet
+        self.py_gpu_held: dict[int, tuple[WorkerHandle, list[str]]] = {}  # tid -> worker, ids
         self.nworkers = self.slots if workers is None else min(workers, self.slots)
         host = socket.gethostname()
         self.name = name or f"agent-{host}-{os.getpid()}-{secrets.token_hex(2)}"
@@ -177,6 +198,9 @@ class Agent(WorkerPool, HeadLink, Stopping):
             for spec in msg[1]:
                 if spec[P.T_KIND] == P.CMD:
                     self.cmd_queue.append(spec)
+                elif len(spec) > T_OPTS and spec[T_OPTS] and spec[T_OPTS].get("gpus"):
+                    need_workers = True
+                    self.gpu_py.append(spec)  # waits for an idle worker and free devices
                 else:
                     need_workers = True
                     hint = spec[P.T_HINT]
@@ -388,14 +412,35 @@ class Agent(WorkerPool, HeadLink, Stopping):
                     if not w.tasks and w.owner is not None and w.credit:
                         self._recycle(w)
                         free -= 1
-        # Commands when cores are free, in order (free cores counted once per pass).
+        if self.gpu_py or self.py_gpu_held:
+            self._dispatch_gpu_python()
+        # Commands when cores are free, in order (free cores counted once per pass). One
+        # waiting for GPU devices held by others lets the ones behind it pass (at most
+        # HELD_SCAN of them are skipped per pass).
         free = self._free_cores() if self.cmd_queue else 0
-        while self.cmd_queue:
-            spec = self.cmd_queue[0]
+        queue = self.cmd_queue
+        skip = 0
+        while skip < len(queue):
+            spec = queue[skip]
             cores = spec[5] or 1
+            if cores > 1 or len(spec) > T_OPTS and spec[T_OPTS]:
+                # the slow path: resources to place (cores to bind, GPUs, MPI ranks)
+                used = self._start_placed(spec, cores, free, skip)
+                if used is None:  # waits for GPU devices
+                    skip += 1
+                    if skip >= HELD_SCAN:
+                        break
+                    continue
+                if used < 0:
+                    break      # not enough free cores: wait, in order
+                free -= used
+                continue
             if cores > free:
                 break
-            self.cmd_queue.popleft()
+            if skip:
+                del queue[skip]
+            else:
+                queue.popleft()
             try:
                 run = launcher.spawn(spec[0], spec[3], cores, self.base_env)
             except launcher.LaunchError as exc:
@@ -421,6 +466,8 @@ class Agent(WorkerPool, HeadLink, Stopping):
         self.commands.pop(run.pidfd, None)
         os.close(run.pidfd)
         self.cmd_cores -= run.cores
+        if run.cpus or run.gpus:
+            self.placer.give_back(run.cpus, run.gpus)
         if run.stopping == "drop":  # cancelled, evicted or handed back: no result
             launcher.release(run)
             return
@@ -492,17 +539,19 @@ class Agent(WorkerPool, HeadLink, Stopping):
     def dump_state(self, *_: object) -> None:
         """SIGUSR1: log what this agent holds (for diagnosing a stuck run)."""
         log.warning(
-            "state: py_queue=%d cmd_queue=%d running_cmds=%s cmd_cores=%d free=%d workers=%s",
-            len(self.py_queue), len(self.cmd_queue),
+            "state: py_queue=%d gpu_py=%d cmd_queue=%d running_cmds=%s cmd_cores=%d free=%d "
+            "free_gpus=%s workers=%s",
+            len(self.py_queue), len(self.gpu_py), len(self.cmd_queue),
             [(r.tid, r.pid, r.status) for r in self.commands.values()],
-            self.cmd_cores, self._free_cores(),
+            self.cmd_cores, self._free_cores(), self.placer.free_gpus,
             [(w.index, len(w.tasks), len(w.blocked), w.credit, w.owner)
              for w in self.workers.values()],
         )
 
     def _wait_s(self, now: float) -> float:
         """How long the next poll may sleep: until the next thing due."""
-        due = now + 1.0 if self.owner_pid is not None or self.commands else math.inf
+        due = (now + 1.0 if self.owner_pid is not None or self.commands
+               or self.idle_timeout is not None else math.inf)
         if self.welcomed:
             due = min(due, self.sent_at + self.heartbeat_s)
         if self.reconnect_until is not None:  # re-read the connection file every second
@@ -517,6 +566,7 @@ class Agent(WorkerPool, HeadLink, Stopping):
     def run(self) -> None:
         set_parent_death_signal()
         signal.signal(signal.SIGUSR1, self.dump_state)
+        log.info("%s", resources.describe(self.capacity, self.placer))
         # Fork the warm workers before this process has any ZeroMQ context or thread, after
         # importing what they run: imported once here, every worker starts with it for free.
         if self.nworkers:
@@ -574,6 +624,9 @@ class Agent(WorkerPool, HeadLink, Stopping):
                 if now >= second + 1.0:  # about once a second
                     second = now
                     launcher.trim_captures(self.commands.values())  # output over --max-output
+                    launcher.kill_overdue(self.commands.values(), now)  # MPI launchers
+                    if self.idle_timeout is not None and not self.draining:
+                        self._idle_check(now)
                     if self.owner_pid is not None and not alive(self.owner_pid):
                         log.info("owner process is gone; stopping")
                         break
@@ -650,6 +703,16 @@ class Agent(WorkerPool, HeadLink, Stopping):
                 except (ProcessLookupError, ChildProcessError):
                     pass
         for run in list(self.commands.values()):
+            while run.kill_at > 0 and time.monotonic() < run.kill_at:  # an MPI launcher:
+                try:                                                    # SIGTERMed, may stop
+                    if os.waitpid(run.pid, os.WNOHANG)[0]:
+                        break
+                except ChildProcessError:
+                    break
+                time.sleep(0.02)
+            else:
+                if run.kill_at > 0:
+                    launcher.kill(run)  # its grace is over: SIGKILL
             try:
                 os.waitpid(run.pid, 0)
             except ChildProcessError:

@@ -101,7 +101,7 @@ class HeadLink:
     def _hello(self) -> None:
         self.head_seen = time.monotonic()
         self._send_head([P.HELLO, "agent", {"slots": self.slots, "host": socket.gethostname(),
-                                              "pid": os.getpid()}])
+                                              "pid": os.getpid(), **self._hello_info()}])
 
     def _head_lost(self, now: float) -> None:
         silent = now - self.head_seen

@@ -31,6 +31,7 @@ from typing import Any
 
 from shoal.agent import limits
 from shoal.agent.failures import failure_info
+from shoal.agent.resources import bound_spawn
 from shoal.client.command import CAPTURE, DEVNULL, INHERIT, CommandError, CommandResult
 from shoal.client.future import exception_payload
 from shoal.transport import protocol as P
@@ -53,6 +54,10 @@ class Running:
     timeout: float | None = None    # seconds this attempt may run (opts "timeout")
     stopping: str | None = None     # why the agent signalled it: "timeout" | "drop"
     term_sent: float = 0.0          # when SIGTERM went at the time limit (0: not yet)
+    cpus: list[int] | None = None   # CPU ids it is bound to (multi-core tasks, binding on)
+    gpus: list[str] | None = None   # GPU ids it was given (opts "gpus")
+    mpi: bool = False               # an MPI launcher (mpirun/srun) leads it: stop it gently
+    kill_at: float = 0.0            # MPI: when SIGKILL follows the SIGTERM of kill() (0: none)
 
 
 class LaunchError(Exception):
@@ -76,19 +81,35 @@ def _stdin_devnull() -> int:
     return _devnull_in
 
 
-def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str]) -> Running:
-    """Start a command; raises LaunchError with a clear message if it cannot start."""
-    argv = spec["argv"]
+def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], *,
+          defaults: dict[str, str] | None = None, forced: dict[str, str | None] | None = None,
+          cpus: list[int] | None = None, argv: list[str] | None = None) -> Running:
+    """Start a command; raises LaunchError with a clear message if it cannot start.
+
+    The slow path of tasks with resources (shoal.agent.resources) passes ``defaults``
+    (variables the task's own env may override: OMP_NUM_THREADS), ``forced`` (variables it
+    may not: its GPU devices; None unsets one), ``cpus`` (bind it to these CPU ids) and ``argv`` (the command
+    as an MPI launcher runs it).
+    """
+    if argv is None:
+        argv = spec["argv"]
     if not argv:
         raise LaunchError("empty command")
     env = base_env
-    if spec.get("env"):
+    if spec.get("env") or defaults or forced:
         env = dict(base_env)
-        for k, v in spec["env"].items():
+        if defaults:
+            env.update(defaults)
+        for k, v in (spec.get("env") or {}).items():
             if v is None:
                 env.pop(k, None)
             else:
                 env[k] = str(v)
+        for k, v in (forced or {}).items():
+            if v is None:
+                env.pop(k, None)
+            else:
+                env[k] = v
     captures: dict[str, int] = {}
     opened: list[int] = []
     actions: list[tuple[Any, ...]] = []
@@ -120,8 +141,8 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str]) 
     try:
         if spec.get("cwd"):
             # posix_spawn cannot chdir; subprocess still uses vfork here
-            popen = subprocess.Popen(
-                argv, cwd=spec["cwd"], env=env, close_fds=True,
+            popen = bound_spawn(
+                cpus, subprocess.Popen, argv, cwd=spec["cwd"], env=env, close_fds=True,
                 stdin=stdin_fd, stdout=_fd_for(actions, 1), stderr=_fd_for(actions, 2),
                 start_new_session=True,
             )
@@ -130,7 +151,11 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str]) 
             prog = argv[0]
             if "/" not in prog:  # search PATH once per program, not in every child (execvp)
                 prog = _resolve(prog, env.get("PATH", os.defpath))
-            pid = os.posix_spawn(prog, argv, env, file_actions=actions, setsid=True)
+            if cpus:
+                pid = bound_spawn(cpus, os.posix_spawn, prog, argv, env, file_actions=actions,
+                                  setsid=True)
+            else:
+                pid = os.posix_spawn(prog, argv, env, file_actions=actions, setsid=True)
     except FileNotFoundError as exc:
         for fd in captures.values():
             os.close(fd)
@@ -309,9 +334,28 @@ def timeout_text(run: Running, grace: float) -> str:
 
 
 _SIGNALS = {s.value for s in signal.Signals}
+MPI_KILL_GRACE = 3.0
+
+
+def kill_overdue(runs: Iterable[Running], now: float) -> None:
+    """SIGKILL the MPI launchers that outlived the grace after their SIGTERM."""
+    for run in runs:
+        if run.kill_at and now >= run.kill_at and run.status is None:
+            run.kill_at = -1.0  # once
+            try:
+                os.killpg(run.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def kill(run: Running, sig: int = signal.SIGKILL) -> None:
+    """Signal the command's whole process group. An MPI launcher asked to die gets SIGTERM
+    first (mpirun and srun then stop every rank, on every node; a SIGKILLed one would leave
+    the remote ranks behind) and SIGKILL ``MPI_KILL_GRACE`` seconds later
+    (``kill_overdue``), unless its time limit's SIGTERM went already."""
+    if run.mpi and sig == signal.SIGKILL and not run.kill_at and not run.term_sent:
+        run.kill_at = time.monotonic() + MPI_KILL_GRACE
+        sig = signal.SIGTERM
     try:
         os.killpg(run.pid, sig)  # the command runs in its own session: take its children too
     except ProcessLookupError:

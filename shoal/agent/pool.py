@@ -42,7 +42,7 @@ def spec_owner(spec: list[Any]) -> int | None:
 class WorkerHandle:
     __slots__ = ("index", "ident", "pid", "pidfd", "origin", "incarnation", "credit", "tasks",
                  "blocked", "sent_fids", "ready", "said_hello", "est", "queued_s", "owner",
-                 "doomed", "timed", "started")
+                 "doomed", "timed", "started", "gpu_ids")
 
     def __init__(self, index: int, ident: bytes, pid: int, incarnation: int) -> None:
         self.index = index
@@ -63,6 +63,8 @@ class WorkerHandle:
         self.doomed = False               # killed by the agent: nothing it says counts
         self.timed: dict[int, float] = {}    # tid -> time limit, for tasks that have one
         self.started: dict[int, float] = {}  # timed tid -> when it started (seen running)
+        self.gpu_ids: tuple[str, ...] | None = None  # devices its environment names (None:
+        # never set; CUDA reads them once, so a worker keeps the devices it was first given)
 
     @property
     def busy(self) -> bool:
@@ -200,6 +202,10 @@ class WorkerPool:
             self.out_return.extend(s[0] for s in specs)
             return
         for spec in reversed(specs):
+            opts = spec[P.T_OPTS] if len(spec) > P.T_OPTS else None
+            if opts and opts.get("gpus"):
+                self.gpu_py.appendleft(spec)
+                continue
             hint = spec[P.T_HINT]
             (self.pinned.setdefault(hint % self.slots, deque()) if hint >= 0 else self.py_queue
              ).appendleft(spec)

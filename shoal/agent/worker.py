@@ -50,6 +50,7 @@ import zmq
 from shoal._sys import set_parent_death_signal
 from shoal.agent import limits
 from shoal.agent.failures import failure_info
+from shoal.agent.resources import gpu_env
 from shoal.client.encode import EncodeError, Encoder
 from shoal.client.future import ShoalFuture, deliver, exception_payload
 from shoal.transport import protocol as P
@@ -282,6 +283,10 @@ class WorkerContext:
 
     def _run(self, spec: list[Any]) -> None:
         tid, kind, fid, payload = spec[0], spec[1], spec[2], spec[3]
+        if len(spec) > P.T_OPTS and spec[P.T_OPTS] and "gpu_ids" in spec[P.T_OPTS]:
+            # the devices the agent gave this task (a worker keeps the first ones it gets:
+            # CUDA reads these variables once, when it is initialized in the process)
+            os.environ.update(gpu_env(spec[P.T_OPTS]["gpu_ids"]))
         try:
             fn = self.funcs.get(fid)
             if fn is None:

@@ -56,16 +56,18 @@ def add_parser(sub: Any) -> None:
 
     a = sub.add_parser("agent", help="join a head as this node's agent")
     a.add_argument("--connect", required=True, metavar="FILE", help="the head's connection file")
-    a.add_argument("--slots", type=int, help="cores offered (default: all cores)")
+    a.add_argument("--slots", type=int, help="cores offered (default: the allocation's CPUs on "
+                   "this node, else all cores)")
     a.add_argument("--workers", type=int, help="warm Python workers (default: slots)")
     a.add_argument("--name", help="agent name (default: agent-HOST-PID-XXXX)")
     a.add_argument("--max-output", metavar="SIZE", help=limits.OUTPUT_HELP)
     a.add_argument("--max-result", metavar="SIZE", help=limits.RESULT_HELP)
     a.add_argument("--bundle", metavar="ROOT", help=BUNDLE_HELP + "; workers import ROOT/app "
                    "(tier 3) instead of the current directory when it is there")
-    from shoal.agent.__main__ import add_failure_options
+    from shoal.agent.__main__ import add_failure_options, add_resource_options
 
     add_failure_options(a)
+    add_resource_options(a)
     a.set_defaults(func=agent_command)
 
 
@@ -193,12 +195,13 @@ def head_command(args: argparse.Namespace) -> int:
 
 
 def agent_command(args: argparse.Namespace) -> int:
-    from shoal.agent.__main__ import failure_kwargs
+    from shoal.agent.__main__ import failure_kwargs, resource_kwargs
 
     try:
         limits.check_counts(args.slots, args.workers)
         caps = limits.from_args(args.max_output, args.max_result)
         extra = failure_kwargs(args, os.path.abspath(args.connect))
+        extra.update(resource_kwargs(args))
     except ValueError as exc:
         print(f"shoal agent: {exc}", file=sys.stderr)
         return 2
@@ -210,7 +213,9 @@ def agent_command(args: argparse.Namespace) -> int:
             *_opt("--max-output", args.max_output), *_opt("--max-result", args.max_result),
             "--bundle", args.bundle,
             *_opt("--walltime", args.walltime), "--drain-timeout", str(args.drain_timeout),
-            "--reconnect", str(args.reconnect), "--kill-grace", str(args.kill_grace)])
+            "--reconnect", str(args.reconnect), "--kill-grace", str(args.kill_grace),
+            *_opt("--gpus", args.gpus), *_opt("--memory", args.memory),
+            "--mpi-launcher", args.mpi_launcher, *_opt("--idle-timeout", args.idle_timeout)])
         if err:
             print(f"shoal agent: {err}", file=sys.stderr)
             return 2
@@ -228,7 +233,12 @@ def agent_command(args: argparse.Namespace) -> int:
     except (OSError, ConnectionFileError) as exc:
         print(f"shoal agent: {exc}", file=sys.stderr)
         return 2
-    agent = Agent(conn.address, conn.key, slots=args.slots, workers=args.workers, name=args.name,
-                  sys_path=sys_path, server_key=server_key(conn), **extra)  # type: ignore[arg-type]
+    try:
+        agent = Agent(conn.address, conn.key, slots=args.slots, workers=args.workers,
+                      name=args.name, sys_path=sys_path, server_key=server_key(conn),
+                      **extra)  # type: ignore[arg-type]
+    except ValueError as exc:
+        print(f"shoal agent: {exc}", file=sys.stderr)
+        return 2
     agent.run()  # SIGTERM drains, a second one (or SIGINT) stops at once
     return agent.exit_code
