@@ -36,7 +36,7 @@ def test_srun_groups_unlike_nodes_and_passes_gpus() -> None:
     assert first.nodes == (nodes[0], nodes[2])
     assert "--nodelist=a1,a3" in first.argv and "--cpus-per-task=8" in first.argv
     assert "--gpus-per-node=2" in first.argv
-    assert list(first.argv[-4:]) == ["--slots", "8", "--gpus", "2"]
+    assert list(first.argv[-4:]) == ["--slots", "8", "--gpus", "0,1"]
     assert first.argv[first.argv.index("--mpi=none") + 1:][:len(AGENT)] == tuple(AGENT)
     assert second.nodes == (nodes[1],)
     assert "--nodes=1" in second.argv and list(second.argv[-2:]) == ["--slots", "4"]
@@ -85,8 +85,11 @@ def test_ssh_one_per_node_batch_mode() -> None:
 
 
 def test_local_runs_the_agent_itself() -> None:
-    [launch] = L.LocalLauncher().launches((Node("here", 3, ("0",)),), AGENT)
-    assert list(launch.argv) == [*AGENT, "--node", "here", "--slots", "3", "--gpus", "1"]
+    [launch] = L.LocalLauncher().launches((Node("here", 3, ("3",)),), AGENT)
+    assert list(launch.argv) == [*AGENT, "--node", "here", "--slots", "3", "--gpus", "3,"]
+    from shoal.agent.resources import parse_gpus
+
+    assert parse_gpus(launch.argv[-1]) == ("3",)  # the agent reads it as device 3
 
 
 def test_choice_by_allocation_kind_and_by_name() -> None:
@@ -245,3 +248,16 @@ def test_shoal_run_with_hosts(tmp_path) -> None:
                        cwd=tmp_path, capture_output=True, text=True, timeout=60,
                        env={**os.environ, "PYTHONPATH": ROOT})
     assert r.returncode == 2 and r.stderr.startswith("shoal run: --hosts 'h1:x'"), r.stderr
+
+
+def test_gpu_ids_reach_the_agent(tmp_path, monkeypatch) -> None:
+    """A node with GPU ids in the allocation: its agent is told them (--gpus 2,5) and
+    offers exactly those to the head."""
+    from shoal import Executor
+    from shoal.transport import protocol as P
+
+    monkeypatch.chdir(tmp_path)
+    alloc = Allocation("hosts", (Node("localhost", 2, ("2", "5")),))
+    with Executor(allocation=alloc) as ex:
+        [agent] = ex._request([P.AGENTS], 10.0)[0]  # the head's view, with resources
+        assert agent["name"] == "localhost" and agent["slots"] == 2 and agent["gpus"] == 2

@@ -7,8 +7,8 @@ lines to run here (``srun``, ``mpirun``/``mpiexec``, ``pbsdsh``, ``ssh``, or loc
 argument vectors: nothing here starts a process, so the exact command lines are unit-tested.
 
 Every node's agent gets ``--slots`` = the CPUs the allocation gave that node and ``--gpus``
-only when it has GPUs. Launchers that start many nodes in one command (srun, mpirun,
-pbsdsh) start one command per group of nodes with the same CPUs and GPUs.
+(its GPU ids) only when it has GPUs. Launchers that start many nodes in one command (srun, mpirun,
+pbsdsh) start one command per group of nodes with the same CPUs and GPU ids.
 """
 
 from __future__ import annotations
@@ -47,16 +47,16 @@ def node_args(node: Node) -> list[str]:
     """The per-node agent arguments: ``--slots`` = the node's CPUs (none when the allocation
     does not say: ``cpus`` 0, the agent counts them there), ``--gpus`` when it has GPUs."""
     args = ["--slots", str(node.cpus)] if node.cpus > 0 else []
-    if node.gpus:
-        args += ["--gpus", str(len(node.gpus))]
+    if node.gpus:  # the device ids the job was given (a trailing comma: "3," is id 3, not 3 GPUs)
+        args += ["--gpus", ",".join(node.gpus) + ("," if len(node.gpus) == 1 else "")]
     return args
 
 
 def _groups(nodes: Sequence[Node]) -> list[tuple[Node, ...]]:
-    """Nodes grouped by what their agents are given (same CPUs and GPU count), in order."""
-    groups: dict[tuple[int, int], list[Node]] = {}
+    """Nodes grouped by what their agents are given (same CPUs and GPU ids), in order."""
+    groups: dict[tuple[int, tuple[str, ...]], list[Node]] = {}
     for n in nodes:
-        groups.setdefault((n.cpus, len(n.gpus)), []).append(n)
+        groups.setdefault((n.cpus, n.gpus), []).append(n)
     return [tuple(g) for g in groups.values()]
 
 
