@@ -313,7 +313,7 @@ class AllocationCluster:
                             f"its process exited with {_status(rc)}")
         if self.procs and all(p.poll() is not None for p in self.procs):
             return ExecutorError(f"every agent of the {self.allocation.kind} allocation exited "
-                                 f"({self.why()})")
+                                 f"({self.why()}): was the job cancelled, or past its time limit?")
         return None
 
     def alive(self) -> bool:
