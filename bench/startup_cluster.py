@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -119,10 +119,13 @@ def main() -> int:
         fh.write(textwrap.dedent(INNER))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
-    r = subprocess.run(["salloc", "-N", str(args.nodes), "--exclusive", "-t", "10", sys.executable,
-                        os.path.join(d, "inner.py"), str(args.reps), str(args.nodes),
-                        sys.executable, args.parsl_python, d],
-                       capture_output=True, text=True, env=env, timeout=3600)
+    try:
+        r = subprocess.run(["salloc", "-N", str(args.nodes), "--exclusive", "-t", "10",
+                            sys.executable, os.path.join(d, "inner.py"), str(args.reps),
+                            str(args.nodes), sys.executable, args.parsl_python, d],
+                           capture_output=True, text=True, env=env, timeout=3600)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if line is None:
         print(r.stdout, r.stderr, file=sys.stderr)
@@ -146,7 +149,6 @@ def main() -> int:
         print(f"  {label:58s} min {min(ts):.2f} s  median {statistics.median(ts):.2f} s  "
               f"max {max(ts):.2f} s" + (f"  ({len(res[name]) - len(ts)} failed)"
                                         if len(ts) < len(res[name]) else ""))
-    time.sleep(0)
     return 0
 
 
