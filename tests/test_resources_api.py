@@ -10,6 +10,7 @@ import pytest
 
 from shoal import Command, Executor
 from shoal.client import options as O
+from shoal.launch.allocation import Allocation, Node
 
 
 def test_resource_options_are_validated_at_submission(ex):
@@ -72,6 +73,10 @@ def test_executor_resource_arguments_are_checked(tmp_path):
     with pytest.raises(ValueError, match=r"gpus= and memory= describe the local agent: with "
                                          r"connect=, give them to each `shoal agent`"):
         Executor(connect=str(tmp_path / "run.json"), gpus=2)
+    hosts = Allocation("hosts", (Node("localhost", 2),), source="test")
+    with pytest.raises(ValueError, match=r"gpus= and memory= describe the local default's agent: "
+                                         r"in this hosts allocation each node's agent finds"):
+        Executor(allocation=hosts, memory="1G")
 
 
 def test_wait_for_agents(head):

@@ -22,7 +22,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
@@ -33,6 +33,10 @@ from shoal.client.future import ExecutorError, HeadLost, ShoalFuture, deliver, w
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
 from shoal.transport.session import PeerSession, secure_client, server_key
+
+if TYPE_CHECKING:
+    from shoal.launch.allocation import Allocation
+    from shoal.launch.launchers import Launcher
 
 __all__ = ["AgentInfo", "Executor", "ExecutorError", "HeadLost"]
 
@@ -82,9 +86,18 @@ class Executor(cf.Executor):
     :param journal: SQLite file of the local head's journal: a rerun of the same program
         skips the tasks it finished and takes their results from it (every task gets a
         key, see :mod:`shoal.transport.keys`); the head's ``--journal`` in connect mode.
-    :param gpus: GPUs the local agent offers (its ``--gpus``; default: those it detects);
-        ``shoal agent --gpus`` in connect mode. See docs/resources.md.
-    :param memory: memory the local agent offers, in bytes or as ``"64G"`` (its
+    :param allocation: the nodes to run on (``shoal.launch.allocation.Allocation``): one
+        agent per node, the head here (docs/cluster.md). Default: the batch allocation this
+        process runs in, discovered (``discover()``), else the local default; ``False``:
+        the local default even inside an allocation.
+    :param launcher: how agents start on the nodes (``"srun"``, ``"mpirun"``, ``"pbsdsh"``,
+        ``"ssh"``, ``"local"`` or a ``Launcher``); default: the allocation kind's.
+    :param interface: network interface whose address the head listens on (default: this
+        host's name resolved, else its default route's address).
+    :param gpus: GPUs the local default's agent offers (its ``--gpus``; default: those it
+        detects); ``shoal agent --gpus`` in connect mode; in an allocation each node's
+        agent finds the job's. See docs/resources.md.
+    :param memory: memory the local default's agent offers, in bytes or as ``"64G"`` (its
         ``--memory``; default: not counted); ``shoal agent --memory`` in connect mode.
     :param min_agents: wait (up to ``start_timeout``) until this many agents have joined
         before returning, so the first tasks spread over all of them (see
@@ -105,6 +118,9 @@ class Executor(cf.Executor):
         heartbeat_timeout: float | None = None,
         crash_limit: int | None = None,
         journal: str | os.PathLike[str] | None = None,
+        allocation: Allocation | bool | None = None,
+        launcher: Launcher | str | None = None,
+        interface: str | None = None,
         gpus: int | None = None,
         memory: int | str | None = None,
         min_agents: int | None = None,
@@ -131,6 +147,9 @@ class Executor(cf.Executor):
             if given:
                 raise ValueError(f"{', '.join(given)} set the head's policy: with connect=, give them "
                                  "to `shoal head` (--heartbeat-timeout, --crash-limit, --journal)")
+            if allocation or launcher is not None or interface is not None:
+                raise ValueError("allocation=, launcher= and interface= start agents: with "
+                                 "connect=, the head's agents are started by hand")
             if gpus is not None or memory is not None:
                 raise ValueError("gpus= and memory= describe the local agent: with connect=, give "
                                  "them to each `shoal agent` (--gpus, --memory)")
@@ -142,13 +161,14 @@ class Executor(cf.Executor):
             O.count_value(min_agents, "min_agents")
         self._static = schedule == "static"
         self._cluster = None
-        if connect is None:
-            from shoal.launch.local import LocalCluster
+        if connect is None:  # the local default, or the whole allocation this runs in
+            from shoal.launch.local import start_runtime
 
-            self._cluster = LocalCluster(workers=workers, slots=slots, prefetch=prefetch,
-                                         heartbeat_timeout=heartbeat_timeout,
-                                         crash_limit=crash_limit, journal=journal,
-                                         gpus=gpus, memory=memory)
+            self._cluster = start_runtime(
+                workers=workers, slots=slots, prefetch=prefetch,
+                heartbeat_timeout=heartbeat_timeout, crash_limit=crash_limit,
+                journal=journal, allocation=allocation, launcher=launcher, interface=interface,
+                gpus=gpus, memory=memory)
             conn = self._cluster.connection
             self._slots = self._cluster.slots
         else:
