@@ -1,4 +1,5 @@
-"""Task resources on a real Slurm allocation: an OpenMPI task of 4 ranks over 2 nodes.
+"""Task resources on a real Slurm allocation: an OpenMPI task of 4 ranks over 2 nodes,
+through the API and through a task file.
 
 Inside ``salloc -N 2 --exclusive`` a driver starts a head where it runs and one agent per
 node with ``srun --overlap -N2 --ntasks-per-node=1 shoal agent``, as a user would, then
@@ -80,4 +81,28 @@ def test_mpi_task_of_4_ranks_over_2_nodes(slurm, tmp_path):
     assert sorted(per_node.values()) == [2, 2], per_node
     assert out["agents"][out["leader"]] in nodes, out
     assert out["after"] == [0, 0, 0, 0]
+    slurm.idle(60)
+
+
+def test_task_file_directives_in_an_allocation(slurm, tmp_path):
+    """`shoal run tasks.txt` inside `salloc -N 2 --exclusive`, no flags: a `#shoal: ranks=4
+    nodes=2` line runs as 4 MPI ranks, 2 on each node of the job; a `#shoal: cores=4` line
+    gets OMP_NUM_THREADS=4."""
+    hello = ("import os; from mpi4py import MPI; c = MPI.COMM_WORLD; os.write(1, f'rank "
+             "{c.Get_rank()} {c.Get_size()} {os.environ.get(\\\"SLURMD_NODENAME\\\")}\\n'.encode())")
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text(f'#shoal: ranks=4 nodes=2\n{sys.executable} -c "{hello}"\n'
+                     "#shoal: cores=4\necho big $OMP_NUM_THREADS\n"
+                     "#shoal: bogus\necho never\n")
+    r = slurm.run("salloc", "-N", "2", "--exclusive", sys.executable, "-m", "shoal", "run",
+                  "--no-progress", str(tasks), cwd=tmp_path, timeout=240,
+                  env={"OMPI_MCA_btl": "self,tcp"})
+    ranks = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("rank ")]
+    assert sorted(int(rank) for _, rank, _, _ in ranks) == [0, 1, 2, 3], (r.stdout, r.stderr)
+    assert {size for _, _, size, _ in ranks} == {"4"}
+    per_node = Counter(node for _, _, _, node in ranks)
+    assert sorted(per_node.values()) == [2, 2] and len(per_node) == 2, per_node
+    assert "big 4" in r.stdout.splitlines() and "never" not in r.stdout
+    assert f"{tasks}:5: #shoal: unknown resource 'bogus'" in r.stderr
+    assert r.returncode == 1, r.stderr  # the invalid line, and only it
     slurm.idle(60)
