@@ -59,13 +59,7 @@ class LocalCluster:
         # Workers must import what the caller imports: hand them its sys.path.
         path = json.dumps([p for p in sys.path if p and os.path.isdir(p)] or [os.getcwd()])
         common = dict(start_new_session=True, close_fds=True, stdin=subprocess.DEVNULL)
-        policy: list[str] = []
-        if heartbeat_timeout is not None:
-            policy += ["--heartbeat-timeout", repr(float(heartbeat_timeout))]
-        if crash_limit is not None:
-            policy += ["--crash-limit", str(crash_limit)]
-        if journal is not None:
-            policy += ["--journal", os.path.abspath(journal)]
+        policy = head_policy_args(heartbeat_timeout, crash_limit, journal)
         resources: list[str] = []
         if gpus is not None:
             resources += ["--gpus", str(gpus)]
@@ -202,6 +196,19 @@ def start_runtime(*, workers: int | None = None, slots: int | None = None, prefe
     return LocalCluster(workers=workers, slots=slots, prefetch=prefetch,
                         heartbeat_timeout=heartbeat_timeout, crash_limit=crash_limit,
                         journal=journal, gpus=gpus, memory=memory)
+
+
+def head_policy_args(heartbeat_timeout: float | None, crash_limit: int | None,
+                     journal: str | None) -> list[str]:
+    """The head's failure-policy flags for what was given (nothing for the defaults)."""
+    args: list[str] = []
+    if heartbeat_timeout is not None:
+        args += ["--heartbeat-timeout", repr(float(heartbeat_timeout))]
+    if crash_limit is not None:
+        args += ["--crash-limit", str(crash_limit)]
+    if journal is not None:
+        args += ["--journal", os.path.abspath(journal)]
+    return args
 
 
 def _status(rc: int) -> str:
