@@ -1,5 +1,9 @@
 """SCOOP-compatible module API: ``from shoal import futures; futures.map(f, xs)``.
 
+SCOOP's names (``submit``, ``map``, ``map_as_completed``, ``mapReduce``, ``mapScan``,
+``wait``, ``as_completed``, ``shutdown``) and snake_case ones (``map_reduce``,
+``map_scan``); shared constants are in :mod:`shoal.shared`. See docs/scoop.md.
+
 Inside a task these submit sub-tasks from the worker (a task waiting on them yields its
 worker). In a program started with ``python -m shoal prog.py`` they use the runtime the
 launcher started; elsewhere the first call starts the embedded local default.
@@ -9,7 +13,6 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures as cf
-import functools
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -24,7 +27,8 @@ from shoal.client.waiting import (
 
 __all__ = [
     "ALL_COMPLETED", "FIRST_COMPLETED", "FIRST_EXCEPTION", "as_completed", "map",
-    "map_as_completed", "map_reduce", "shutdown", "submit", "wait",
+    "mapReduce", "mapScan", "map_as_completed", "map_reduce", "map_scan", "shutdown", "submit",
+    "wait",
 ]
 
 _default: Any = None
@@ -75,10 +79,39 @@ def map_as_completed(fn: Callable[..., Any], *iterables: Iterable[Any]) -> Itera
         yield f.result()
 
 
+def mapReduce(mapFunc: Callable[..., Any], reductionOp: Callable[[Any, Any], Any],  # noqa: N802,N803
+              *iterables: Iterable[Any], timeout: float | None = None) -> Any:
+    """``functools.reduce(reductionOp, map(mapFunc, *iterables))``, mapped and reduced in
+    parallel by a tree of tasks (SCOOP's ``mapReduce``).
+
+    ``reductionOp`` must be associative; it need not be commutative (the order of the
+    items is kept). An empty input raises ``TypeError`` as ``functools.reduce`` does.
+    """
+    from shoal.client.reduce import tree
+
+    return tree(submit, mapFunc, reductionOp, iterables, False, "mapReduce", timeout)
+
+
+def mapScan(mapFunc: Callable[..., Any], reductionOp: Callable[[Any, Any], Any],  # noqa: N802,N803
+            *iterables: Iterable[Any], timeout: float | None = None) -> list[Any]:
+    """``list(itertools.accumulate(map(mapFunc, *iterables), reductionOp))``: every prefix
+    reduction, in order, computed by a tree of tasks (SCOOP's ``mapScan``); ``[]`` for an
+    empty input. ``reductionOp`` must be associative."""
+    from shoal.client.reduce import tree
+
+    return tree(submit, mapFunc, reductionOp, iterables, True, "mapScan", timeout)
+
+
 def map_reduce(fn: Callable[..., Any], reduction: Callable[[Any, Any], Any],
-               *iterables: Iterable[Any]) -> Any:
-    """``functools.reduce(reduction, map(fn, *iterables))``, mapped in parallel."""
-    return functools.reduce(reduction, map(fn, *iterables))
+               *iterables: Iterable[Any], timeout: float | None = None) -> Any:
+    """``functools.reduce(reduction, map(fn, *iterables))``, in parallel (see mapReduce)."""
+    return mapReduce(fn, reduction, *iterables, timeout=timeout)
+
+
+def map_scan(fn: Callable[..., Any], reduction: Callable[[Any, Any], Any],
+             *iterables: Iterable[Any], timeout: float | None = None) -> list[Any]:
+    """``list(itertools.accumulate(map(fn, *iterables), reduction))``, in parallel."""
+    return mapScan(fn, reduction, *iterables, timeout=timeout)
 
 
 def shutdown(wait: bool = True) -> None:  # noqa: A002 - mirrors Executor.shutdown

@@ -150,6 +150,7 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
         self.cmd_epoll = select.epoll()
         self.cmd_cores = 0
         self.func_blobs: dict[int, bytes] = {}
+        self.consts: list[int] = []  # shoal.shared constants (negative ids): to every worker once
         self.mean: dict[int, float] = {}     # per function (and kind): EWMA of run time
         self.recent_mean = QUEUE_TARGET_S    # of the last batch of results
         self.cmd_mean = QUEUE_TARGET_S       # EWMA of command run time (launch to exit)
@@ -190,6 +191,7 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
                 log.warning("dropped %d tasks sent before this agent was welcomed", len(msg[1]))
                 return
             if msg[2]:
+                self.consts.extend(k for k in msg[2] if k < 0 and k not in self.func_blobs)
                 self.func_blobs.update(msg[2])
             if self.draining:  # in flight when DRAIN left: straight back
                 self.out_return.extend(spec[P.T_ID] for spec in msg[1])
@@ -284,6 +286,11 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
             self.out_submit.extend(msg[1])
             if msg[2]:
                 self.out_funcs.update(msg[2])
+                for k in msg[2]:  # a shoal.shared constant set in a task: its worker has it
+                    if k < 0 and k not in self.func_blobs:
+                        self.func_blobs[k] = msg[2][k]
+                        self.consts.append(k)
+                        w.sent_fids.add(k)
         elif kind == P.RETURN:
             self._worker_returned(w, msg[1])
 
@@ -510,6 +517,10 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
                         blob = self.func_blobs.get(fid)
                         if blob is not None:
                             funcs[fid] = blob
+                for c in self.consts:  # shoal.shared constants travel once per worker
+                    if c not in w.sent_fids:
+                        w.sent_fids.add(c)
+                        funcs[c] = self.func_blobs[c]
                 self._send_worker(w, [P.TASKS, specs, funcs])
             self.out_workers = {}
         if not self.welcomed:

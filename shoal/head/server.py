@@ -127,6 +127,7 @@ class Head:
         self.address = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.peers: dict[bytes, Peer] = {}
         self.funcs: dict[int, bytes] = {}
+        self.consts: list[int] = []  # shoal.shared constants (negative ids): to every agent once
         self.next_origin = 1
         self.next_num = 1
         self.evicted: dict[bytes, float] = {}     # unknown peer -> when we last told it
@@ -215,6 +216,10 @@ class Head:
             funcs = msg[2]
             if funcs:
                 self.funcs.update(funcs)
+                for k in funcs:  # shoal.shared: its sender has it already
+                    if k < 0 and k not in peer.sent_fids:
+                        peer.sent_fids.add(k)
+                        self.consts.append(k)
             specs, keys = msg[1], None
             if self.journal is not None:  # journal: answer keys that finished OK before
                 specs, keys = self._journal_submit(peer, specs, msg[4] if len(msg) > 4 else None)
@@ -433,6 +438,10 @@ class Head:
                         if fid not in sent:
                             sent.add(fid)
                             funcs[fid] = self.funcs[fid]
+                for c in self.consts:  # shoal.shared constants travel once per agent
+                    if c not in sent:
+                        sent.add(c)
+                        funcs[c] = self.funcs[c]
                 self._send(agent, [P.TASKS, specs, funcs])
 
     # ---- journal (shoal.head.journal) -------------------------------------------------

@@ -1,0 +1,105 @@
+"""SCOOP's shared constants: ``from shoal import shared``.
+
+``shared.setConst(name=value, ...)`` in the main program (or in a task) makes values
+readable with ``shared.getConst("name")`` in every task submitted afterwards, at any
+nesting depth. A name is set once: setting it again raises ``TypeError`` naming it, as
+SCOOP does.
+
+How a constant flows: ``setConst`` pickles the values at once (an unpicklable value fails
+there, naming the constant) into one blob with a negative id from the submitter's id space,
+and puts it with the functions not sent yet. It travels like a function, with the next
+batch of tasks: the head keeps it and sends every constant once to each agent (with the
+first tasks it dispatches there after the constant arrived), each agent once to each of
+its workers, with that worker's next tasks. A worker unpickles a constant when a task
+first calls ``getConst`` after it arrived and keeps the value for its later tasks.
+See docs/scoop.md.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import pickle
+import threading
+import time
+from typing import Any
+
+import cloudpickle
+
+__all__ = ["getConst", "get_const", "setConst", "set_const"]
+
+_consts: dict[str, Any] = {}   # what this process knows: set here or received
+_lock = threading.Lock()
+
+
+def setConst(**kwargs: Any) -> None:  # noqa: N802 - SCOOP's name
+    """Share ``name=value`` pairs with every task submitted from now on (read-only).
+
+    :raises TypeError: a name is already set, or a value cannot be pickled.
+    """
+    from shoal import futures
+
+    if not kwargs:
+        return
+    with _lock:
+        for name in kwargs:
+            if name in _consts:
+                raise TypeError(f"This constant already exists: {name} "
+                                "(shoal.shared constants are set once)")
+        blobs: dict[str, bytes] = {}
+        for name, value in kwargs.items():
+            try:
+                blobs[name] = cloudpickle.dumps(value, protocol=5)
+            except Exception as exc:  # noqa: BLE001 - any failure: name the constant
+                raise TypeError(f"shared constant {name!r} cannot be sent to workers "
+                                f"(not picklable): {exc}") from exc
+        blob = pickle.dumps(blobs, protocol=5)
+        ex = futures._executor()
+        wc = _worker()
+        if wc is not None and ex is wc:
+            wc.encoder.new_funcs[-wc.encoder.next_tid()] = blob
+        else:
+            with ex._lock:
+                enc = ex._encoder
+                enc.new_funcs[-enc.next_tid()] = blob
+        _consts.update(kwargs)
+
+
+def getConst(name: str, timeout: float | None = 0.1) -> Any:  # noqa: N802 - SCOOP's name
+    """The value of shared constant ``name``; ``None`` if it has not arrived within
+    ``timeout`` seconds (SCOOP's semantics; ``None`` or ``inf``: wait for it)."""
+    if timeout is not None and timeout < 0:
+        raise ValueError(f"getConst: timeout must be >= 0, not {timeout}")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    wc = _worker()
+    while True:
+        if wc is not None:
+            _absorb(wc)
+        if name in _consts:
+            return _consts[name]
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return None
+        step = 0.01 if left is None else min(0.01, left)
+        if wc is not None:  # park this task: the worker goes on and receives messages
+            wc._block([cf.Future()], step, cf.ALL_COMPLETED)
+        else:
+            time.sleep(step)
+
+
+def _absorb(wc: Any) -> None:
+    """Unpickle the constants that reached this worker since the last look."""
+    blobs = wc.func_blobs
+    for k in [k for k in blobs if k < 0]:
+        values = {n: pickle.loads(b) for n, b in pickle.loads(blobs.pop(k)).items()}
+        with _lock:
+            _consts.update(values)
+
+
+def _worker() -> Any:
+    from shoal.agent.worker import current
+
+    return current()
+
+
+set_const = setConst
+get_const = getConst
