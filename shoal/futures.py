@@ -89,7 +89,7 @@ def mapReduce(mapFunc: Callable[..., Any], reductionOp: Callable[[Any, Any], Any
     """
     from shoal.client.reduce import tree
 
-    return tree(submit, mapFunc, reductionOp, iterables, False, "mapReduce", timeout)
+    return tree(submit, mapFunc, reductionOp, iterables, False, "mapReduce", timeout, _slots())
 
 
 def mapScan(mapFunc: Callable[..., Any], reductionOp: Callable[[Any, Any], Any],  # noqa: N802,N803
@@ -99,7 +99,12 @@ def mapScan(mapFunc: Callable[..., Any], reductionOp: Callable[[Any, Any], Any],
     empty input. ``reductionOp`` must be associative."""
     from shoal.client.reduce import tree
 
-    return tree(submit, mapFunc, reductionOp, iterables, True, "mapScan", timeout)
+    return tree(submit, mapFunc, reductionOp, iterables, True, "mapScan", timeout, _slots())
+
+
+def _slots() -> int:
+    """The runtime's slots when the caller knows them (0 inside tasks): sizes the leaves."""
+    return int(getattr(_executor(), "_slots", 0) or 0)
 
 
 def map_reduce(fn: Callable[..., Any], reduction: Callable[[Any, Any], Any],

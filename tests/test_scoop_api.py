@@ -14,7 +14,6 @@ import pytest
 from shoal import Executor, futures, shared
 
 
-
 @pytest.fixture(scope="module", autouse=True)
 def runtime():
     """One local runtime of 2 workers as the one ``shoal.futures`` uses."""
@@ -92,6 +91,41 @@ def test_reduction_runs_in_tasks_not_in_the_caller():
     # the leaves (map + reduce) run on workers: their pids are not ours
     pids = futures.mapReduce(lambda x: {os.getpid()}, operator.or_, range(200))
     assert pids and os.getpid() not in pids
+
+
+def slow_cat(a, b, path):
+    time.sleep(0.03)
+    with open(path, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    return a + b
+
+
+def test_a_slow_operator_combines_in_tasks(tmp_path, monkeypatch):
+    # every leaf is one item: all 15 combinations are operator calls, made in a tree of
+    # tasks (the operator is slow), not in the caller
+    log = tmp_path / "ops.txt"
+    words = [f"w{i}." for i in range(16)]
+    from shoal.client import reduce as R
+
+    monkeypatch.setattr(R, "INLINE_OP_S", 0.01)  # 30 ms per call: never inline
+    got = futures.mapReduce(str.upper, functools.partial(slow_cat, path=str(log)), words)
+    assert got == "".join(w.upper() for w in words)
+    pids = log.read_text().split()
+    assert len(pids) == 15 and str(os.getpid()) not in pids
+
+
+def sleepy(x):
+    time.sleep(1)
+    return x
+
+
+def test_timeout_raises():
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError):
+        futures.mapReduce(sleepy, operator.add, range(2), timeout=0.2)
+    with pytest.raises(TimeoutError):
+        futures.mapScan(sleepy, operator.add, range(2), timeout=0.2)
+    assert time.monotonic() - t0 < 0.9
 
 
 def boom_at_13(x):
