@@ -40,6 +40,9 @@ def setConst(**kwargs: Any) -> None:  # noqa: N802 - SCOOP's name
 
     if not kwargs:
         return
+    wc = _worker()
+    if wc is not None:
+        _absorb(wc)  # constants that reached this worker count as set
     with _lock:
         for name in kwargs:
             if name in _consts:
@@ -54,7 +57,6 @@ def setConst(**kwargs: Any) -> None:  # noqa: N802 - SCOOP's name
                                 f"(not picklable): {exc}") from exc
         blob = pickle.dumps(blobs, protocol=5)
         ex = futures._executor()
-        wc = _worker()
         if wc is not None and ex is wc:
             wc.encoder.new_funcs[-wc.encoder.next_tid()] = blob
         else:

@@ -100,14 +100,11 @@ def slow_cat(a, b, path):
     return a + b
 
 
-def test_a_slow_operator_combines_in_tasks(tmp_path, monkeypatch):
+def test_a_slow_operator_combines_in_tasks(tmp_path):
     # every leaf is one item: all 15 combinations are operator calls, made in a tree of
     # tasks (the operator is slow), not in the caller
     log = tmp_path / "ops.txt"
     words = [f"w{i}." for i in range(16)]
-    from shoal.client import reduce as R
-
-    monkeypatch.setattr(R, "INLINE_OP_S", 0.01)  # 30 ms per call: never inline
     got = futures.mapReduce(str.upper, functools.partial(slow_cat, path=str(log)), words)
     assert got == "".join(w.upper() for w in words)
     pids = log.read_text().split()
@@ -173,6 +170,10 @@ def test_constants_are_read_in_tasks_at_any_depth():
     assert shared.get_const("depth_greeting") == "Hello World!"   # snake_case alias
 
 
+def set_in_task(name):
+    shared.setConst(**{name: "again"})
+
+
 def test_setting_a_name_twice_is_an_error_naming_it():
     shared.setConst(twice=1)
     with pytest.raises(TypeError, match="already exists: twice"):
@@ -182,6 +183,8 @@ def test_setting_a_name_twice_is_an_error_naming_it():
     assert shared.getConst("other_fresh") is None   # nothing of a refused call is set
     assert shared.getConst("twice") == 1
     assert futures.submit(read_const, "twice").result() == 1
+    with pytest.raises(TypeError, match="already exists: twice"):  # in a task too
+        futures.submit(set_in_task, "twice").result()
 
 
 def test_an_unpicklable_constant_fails_at_set_const():
