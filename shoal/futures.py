@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import concurrent.futures as cf
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -63,24 +64,40 @@ def submit(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future:
     return _executor().submit(fn, *args, **kwargs)
 
 
+def _ignored(what: str, kwargs: dict[str, Any]) -> None:
+    """SCOOP's map functions take and ignore any keyword (its examples pass some): so do
+    these, with a warning naming them."""
+    if kwargs:
+        warnings.warn(f"futures.{what}: ignored keyword argument(s) {', '.join(sorted(kwargs))}"
+                      " (SCOOP ignores them too)", stacklevel=3)
+
+
 def map(fn: Callable[..., Any], *iterables: Iterable[Any], timeout: float | None = None,  # noqa: A001
-        chunksize: int | None = None) -> Iterator[Any]:
+        chunksize: int | None = None, **ignored: Any) -> Iterator[Any]:
     """Ordered results of ``fn`` over the iterables, computed in parallel."""
+    _ignored("map", ignored)
     ex = _executor()
     if chunksize is None:
         return ex.map(fn, *iterables, timeout=timeout)
     return ex.map(fn, *iterables, timeout=timeout, chunksize=chunksize)
 
 
-def map_as_completed(fn: Callable[..., Any], *iterables: Iterable[Any]) -> Iterator[Any]:
-    """Results of ``fn`` over the iterables in the order they finish."""
+def map_as_completed(fn: Callable[..., Any], *iterables: Iterable[Any],
+                     timeout: float | None = None, **ignored: Any) -> Iterator[Any]:
+    """Results of ``fn`` over the iterables in the order they finish (all submitted at
+    once, at the call)."""
+    _ignored("map_as_completed", ignored)
     futs = [submit(fn, *args) for args in zip(*iterables, strict=False)]
-    for f in as_completed(futs):
-        yield f.result()
+
+    def results() -> Iterator[Any]:
+        for f in as_completed(futs, timeout):
+            yield f.result()
+
+    return results()
 
 
 def mapReduce(mapFunc: Callable[..., Any], reductionOp: Callable[[Any, Any], Any],  # noqa: N802,N803
-              *iterables: Iterable[Any], timeout: float | None = None) -> Any:
+              *iterables: Iterable[Any], timeout: float | None = None, **ignored: Any) -> Any:
     """``functools.reduce(reductionOp, map(mapFunc, *iterables))``, mapped and reduced in
     parallel by a tree of tasks (SCOOP's ``mapReduce``).
 
@@ -89,16 +106,19 @@ def mapReduce(mapFunc: Callable[..., Any], reductionOp: Callable[[Any, Any], Any
     """
     from shoal.client.reduce import tree
 
+    _ignored("mapReduce", ignored)
     return tree(submit, mapFunc, reductionOp, iterables, False, "mapReduce", timeout, _slots())
 
 
 def mapScan(mapFunc: Callable[..., Any], reductionOp: Callable[[Any, Any], Any],  # noqa: N802,N803
-            *iterables: Iterable[Any], timeout: float | None = None) -> list[Any]:
+            *iterables: Iterable[Any], timeout: float | None = None,
+            **ignored: Any) -> list[Any]:
     """``list(itertools.accumulate(map(mapFunc, *iterables), reductionOp))``: every prefix
     reduction, in order, computed by a tree of tasks (SCOOP's ``mapScan``); ``[]`` for an
     empty input. ``reductionOp`` must be associative."""
     from shoal.client.reduce import tree
 
+    _ignored("mapScan", ignored)
     return tree(submit, mapFunc, reductionOp, iterables, True, "mapScan", timeout, _slots())
 
 

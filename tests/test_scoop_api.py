@@ -289,3 +289,65 @@ def test_two_agents_each_get_the_constant_once(head, runtime, tmp_path):
     with open(path) as f:
         loads = f.read().split()
     assert sorted(loads) == sorted({str(p) for _, p in got}) and len(loads) == 2
+
+
+# ---- the other SCOOP names -----------------------------------------------------------
+
+def test_scoop_names_are_all_there():
+    for name in ("submit", "map", "map_as_completed", "mapReduce", "mapScan", "map_reduce",
+                 "map_scan", "wait", "as_completed", "shutdown", "ALL_COMPLETED",
+                 "FIRST_COMPLETED", "FIRST_EXCEPTION"):
+        assert name in futures.__all__
+        assert name.isupper() or callable(getattr(futures, name))
+    for name in ("setConst", "getConst", "set_const", "get_const"):
+        assert callable(getattr(shared, name))
+
+
+def test_map_as_completed_and_wait():
+    assert sorted(futures.map_as_completed(sq, range(20))) == [x * x for x in range(20)]
+    fs = [futures.submit(sq, x) for x in range(5)]
+    done, not_done = futures.wait(fs, return_when=futures.ALL_COMPLETED)
+    assert not not_done and sorted(f.result() for f in done) == [0, 1, 4, 9, 16]
+    assert sorted(f.result() for f in futures.as_completed(fs)) == [0, 1, 4, 9, 16]
+
+
+def test_keywords_scoop_ignores_are_ignored_with_a_warning():
+    # SCOOP's tree_traversal example passes map(..., parallelLevel=2), which SCOOP ignores
+    with pytest.warns(UserWarning, match="futures.map: ignored keyword argument.*parallelLevel"):
+        assert list(futures.map(sq, [3], parallelLevel=2)) == [9]
+    with pytest.warns(UserWarning, match="mapReduce: ignored"):
+        assert futures.mapReduce(sq, operator.add, [1, 2], other=1) == 5
+
+
+PROGRAM = '''
+import operator
+from shoal import futures, shared
+
+def score(i):
+    return shared.getConst("weights")[i] * futures.submit(abs, -i).result()
+
+if __name__ == "__main__":
+    shared.setConst(weights=[10, 20, 30, 40])
+    print(futures.mapReduce(score, operator.add, range(4)))
+    print(futures.mapScan(str, operator.add, "abcd"))
+    try:
+        shared.setConst(weights=[])
+    except TypeError as exc:
+        print("TypeError", exc)
+'''
+
+
+def test_a_scoop_program_under_python_m_shoal(tmp_path):
+    import subprocess
+    import sys
+
+    prog = tmp_path / "prog.py"
+    prog.write_text(PROGRAM)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-m", "shoal", "-n", "2", str(prog)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": root})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        str(10 * 0 + 20 * 1 + 30 * 2 + 40 * 3), "['a', 'ab', 'abc', 'abcd']",
+        "TypeError This constant already exists: weights (shoal.shared constants are set once)"]
