@@ -239,14 +239,15 @@ def probe_len(name):
 
 
 def probe_len_nested(name):
-    return futures.submit(probe_len, name).result()
+    """(length, pid) read here and in a sub-task."""
+    return [probe_len(name), futures.submit(probe_len, name).result()]
 
 
 def test_a_constant_travels_once_per_worker(tmp_path):
     path = str(tmp_path / "loads.txt")
     shared.setConst(probe=Probe(path, b"x" * 1_000_000))
     got = list(futures.map(probe_len, ["probe"] * 200, chunksize=1))
-    got += list(futures.map(probe_len_nested, ["probe"] * 50))
+    got += [r for pair in futures.map(probe_len_nested, ["probe"] * 50) for r in pair]
     assert {n for n, _ in got} == {1_000_000}
     with open(path) as f:
         loads = f.read().split()
@@ -282,7 +283,7 @@ def test_two_agents_each_get_the_constant_once(head, runtime, tmp_path):
             got = []
             for name in ("a1", "a2"):  # both agents run tasks, nested ones too
                 fs = [ex2.options(agent=name).submit(probe_len_nested, "probe2") for _ in range(20)]
-                got += [f.result(30) for f in fs]
+                got += [r for f in fs for r in f.result(30)]
         finally:
             futures.set_executor(runtime)
     assert {n for n, _ in got} == {100_000}
