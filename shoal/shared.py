@@ -7,11 +7,11 @@ SCOOP does.
 
 How a constant flows: ``setConst`` pickles the values at once (an unpicklable value fails
 there, naming the constant) into one blob with a negative id from the submitter's id space,
-and puts it with the functions not sent yet. It travels like a function, with the next
-batch of tasks: the head keeps it and sends every constant once to each agent (with the
-first tasks it dispatches there after the constant arrived), each agent once to each of
-its workers, with that worker's next tasks. A worker unpickles a constant when a task
-first calls ``getConst`` after it arrived and keeps the value for its later tasks.
+and puts it with the functions not sent yet. It travels like a function, with a no-op task
+``setConst`` submits and waits for (SCOOP's setConst also returns once the constant
+reached a worker). The head keeps it and sends every constant once to each agent, at once;
+each agent once to each of its workers. A worker unpickles a constant when a task first
+calls ``getConst`` after it arrived and keeps the value for its later tasks.
 See docs/scoop.md.
 """
 
@@ -64,6 +64,17 @@ def setConst(**kwargs: Any) -> None:  # noqa: N802 - SCOOP's name
                 enc = ex._encoder
                 enc.new_funcs[-enc.next_tid()] = blob
         _consts.update(kwargs)
+    # As in SCOOP, return once the constant reached a worker: a no-op task carries it
+    # (functions and constants leave with a batch of tasks), and the head and agents
+    # pass it on to every agent and worker at once.
+    carrier = ex.submit(_carrier)
+    if wc is not None and ex is wc:
+        wc._export(float("inf"))  # a kept sub-task would not leave this process
+    carrier.result()
+
+
+def _carrier() -> None:
+    """The task that takes new constants out of the process that set them."""
 
 
 def getConst(name: str, timeout: float | None = 0.1) -> Any:  # noqa: N802 - SCOOP's name

@@ -256,19 +256,13 @@ def test_a_constant_travels_once_per_worker(tmp_path):
     assert len(loads) <= 2
 
 
-def test_a_constant_set_later_reaches_a_task_already_waiting(runtime):
-    # one worker: the task waiting for the constant parks, the next task brings it along
-    with Executor(workers=1) as ex1:
-        futures.set_executor(ex1)
-        try:
-            waiting = futures.submit(read_const, "late", 30)
-            time.sleep(0.3)
-            assert not waiting.done()
-            shared.setConst(late="arrived")
-            assert futures.submit(read_const, "late").result() == "arrived"
-            assert waiting.result(10) == "arrived"
-        finally:
-            futures.set_executor(runtime)
+def test_a_constant_set_later_reaches_tasks_already_waiting():
+    # both workers hold a task parked in getConst; the constant is pushed to every worker
+    waiting = [futures.submit(read_const, "late", 5) for _ in range(4)]
+    time.sleep(0.3)
+    assert not any(f.done() for f in waiting)
+    shared.setConst(late="arrived")
+    assert [f.result(8) for f in waiting] == ["arrived"] * 4
 
 
 def test_two_agents_each_get_the_constant_once(head, runtime, tmp_path):

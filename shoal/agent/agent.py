@@ -191,7 +191,7 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
                 log.warning("dropped %d tasks sent before this agent was welcomed", len(msg[1]))
                 return
             if msg[2]:
-                self.consts.extend(k for k in msg[2] if k < 0 and k not in self.func_blobs)
+                self._share_consts(msg[2])
                 self.func_blobs.update(msg[2])
             if self.draining:  # in flight when DRAIN left: straight back
                 self.out_return.extend(spec[P.T_ID] for spec in msg[1])
@@ -286,13 +286,24 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
             self.out_submit.extend(msg[1])
             if msg[2]:
                 self.out_funcs.update(msg[2])
-                for k in msg[2]:  # a shoal.shared constant set in a task: its worker has it
-                    if k < 0 and k not in self.func_blobs:
-                        self.func_blobs[k] = msg[2][k]
-                        self.consts.append(k)
-                        w.sent_fids.add(k)
+                self._share_consts(msg[2], w)
         elif kind == P.RETURN:
             self._worker_returned(w, msg[1])
+
+    def _share_consts(self, blobs: dict[int, bytes], source: WorkerHandle | None = None) -> None:
+        """shoal.shared constants (negative ids) go to every worker once, at the next flush,
+        with tasks or alone (a task may be waiting for one); ``source`` has it already."""
+        new = [k for k in blobs if k < 0 and k not in self.func_blobs]
+        if not new:
+            return
+        for k in new:
+            self.func_blobs[k] = blobs[k]
+            self.consts.append(k)
+            if source is not None:
+                source.sent_fids.add(k)
+        for w in self.workers.values():
+            if w.ready and not w.doomed:
+                self.out_workers.setdefault(w.ident, [])
 
     def _result_to_head(self, item: list[Any]) -> None:
         self.out_results.append(item)  # the window (sent separately) accounts for its cores
@@ -507,7 +518,7 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
         if self.out_workers:
             for ident, specs in self.out_workers.items():
                 w = self.workers.get(ident)
-                if w is None or not specs:
+                if w is None:
                     continue
                 funcs = {}
                 for spec in specs:
@@ -521,7 +532,8 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
                     if c not in w.sent_fids:
                         w.sent_fids.add(c)
                         funcs[c] = self.func_blobs[c]
-                self._send_worker(w, [P.TASKS, specs, funcs])
+                if specs or funcs:
+                    self._send_worker(w, [P.TASKS, specs, funcs])
             self.out_workers = {}
         if not self.welcomed:
             return

@@ -220,6 +220,9 @@ class Head:
                     if k < 0 and k not in peer.sent_fids:
                         peer.sent_fids.add(k)
                         self.consts.append(k)
+                        for aid, other in self.peers.items():  # to every agent now (_flush)
+                            if other.role == "agent":
+                                self._out_tasks.setdefault(aid, [])
             specs, keys = msg[1], None
             if self.journal is not None:  # journal: answer keys that finished OK before
                 specs, keys = self._journal_submit(peer, specs, msg[4] if len(msg) > 4 else None)
