@@ -364,15 +364,18 @@ class Head:
         if peer.role == "agent":
             if lost:
                 self.lost_agents += 1
+            if self.tracer is not None:  # trace: before the core requeues its attempts
+                state = self.core.agents.get(ident)
+                self.tracer.agent_leaving(ident, reason, lost, state.holds if state else ())
             self._apply(self.core.remove_agent(ident, reason, lost=lost))
             for key in [k for k, c in self._cancels.items() if ident in c[3]]:
                 self._agent_cancelled(ident, key, [])
         else:
             self._apply(self.core.cancel_owner(ident, peer.num))
+            if self.tracer is not None:
+                self.tracer.client_left(ident, reason, self.core.tasks)
             if self.exit_when_idle and not any(p.role == "client" for p in self.peers.values()):
                 self.running = False
-        if self.tracer is not None:
-            self.tracer.left(ident, peer.role, reason, lost, self.core.tasks)
 
     def _beat(self, now: float) -> None:
         if self.owner_pid is not None and not alive(self.owner_pid):

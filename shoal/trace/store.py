@@ -135,6 +135,7 @@ class Recorder:
         self._tsub: dict[int, float] = {}
         self._open: dict[int, tuple[float, bytes]] = {}
         self._num: dict[bytes, int] = {}   # peer ident -> its number (stamped in rows)
+        self._agents: set[bytes] = set()   # agents there now
         self.failed = False
         self._packed: list[bytes] = []    # packed turns not written yet
         self._nbytes = 0
@@ -149,6 +150,7 @@ class Recorder:
         self._num[ident] = num
         name = ident.decode(errors="replace")
         if role == "agent" and res is not None:
+            self._agents.add(ident)
             self.rows.append([AGENT_JOIN, time.time(), num, name, res["node"],
                               int(info.get("slots", 0)), res["gpus"], res["memory"],
                               str(info.get("host", "")), info.get("pid")])
@@ -156,23 +158,26 @@ class Recorder:
             self.rows.append([CLIENT_JOIN, time.time(), num, name, str(info.get("host", "")),
                               info.get("pid")])
 
-    def left(self, ident: bytes, role: str, reason: str, lost: bool, live: dict[int, Any]) -> None:
-        """A peer left or was lost; ``live``: the core's tasks after it handled that."""
+    def agent_leaving(self, ident: bytes, reason: str, lost: bool, holds: Iterable[int]) -> None:
+        """An agent left or was lost. Called before the core hears of it (attempt numbers
+        still those of the attempts that end); ``holds``: MPI tasks led by other agents
+        with a share on this one, whose attempts end with it."""
         num = self._num.pop(ident, 0)
+        self._agents.discard(ident)
         now = time.time()
-        if role == "agent":
-            self.rows.append([AGENT_LEAVE, now, num, reason, lost])
-            gone = [tid for tid, o in self._open.items() if o[1] == ident]
-            self._close(gone, _LOST if lost else RETURNED, now, f"agent {reason}", num)
-        else:
-            self.rows.append([CLIENT_LEAVE, now, num, reason])
-        # attempts the core gave up with it (MPI tasks with a share there, a client's tasks)
-        given_up = [tid for tid, o in self._open.items()
-                    if getattr(live.get(tid), "agent", None) != o[1]]
-        self._close(given_up, REVOKED, now, f"given up: {role} {reason}")
-        if role != "agent":
-            for tid in [t for t in self._spec if t not in live]:  # dropped with their client
-                self._never_ran(tid, _CANCELLED, now)
+        self.rows.append([AGENT_LEAVE, now, num, reason, lost])
+        gone = [tid for tid, o in self._open.items() if o[1] == ident]
+        self._close(gone, _LOST if lost else RETURNED, now, f"agent {reason}", num)
+        self._close([t for t in holds if t in self._open], REVOKED, now,
+                    f"an agent holding its ranks left: {reason}")
+
+    def client_left(self, ident: bytes, reason: str, live: dict[int, Any]) -> None:
+        """A client left; its tasks were dropped (``live``: the core's tasks after that)."""
+        now = time.time()
+        self.rows.append([CLIENT_LEAVE, now, self._num.pop(ident, 0), reason])
+        self._close([t for t in self._open if t not in live], REVOKED, now, "its client left")
+        for tid in [t for t in self._spec if t not in live]:
+            self._never_ran(tid, _CANCELLED, now)
 
     def funcs(self, names: Any) -> None:
         if isinstance(names, dict) and names:
@@ -187,9 +192,9 @@ class Recorder:
     def dispatched(self, agent: bytes, specs: list[list[Any]]) -> None:
         opened = self._open
         tids = list(map(_first, specs))
-        if not opened.keys().isdisjoint(tids):  # a last attempt ended without word (an MPI
-            now = time.time()                   # share lost): closed as given up
-            self._close([t for t in tids if t in opened], REVOKED, now, "given up by the head")
+        if not opened.keys().isdisjoint(tids):  # a last attempt ended without word: closed
+            self._close([t for t in tids if t in opened], REVOKED, time.time(),
+                        "given up by the head", before=1)
         opened.update(zip(tids, repeat((time.time(), agent))))
 
     def results(self, agent: bytes, items: list[list[Any]]) -> None:
@@ -242,7 +247,9 @@ class Recorder:
             self._never_ran(tid, _CANCELLED, now)
 
     def _close(self, tids: list[int], status: int, now: float, why: str,
-               num: int | None = None) -> None:
+               num: int | None = None, before: int = 0) -> None:
+        """Attempts ended without a result (``before``: 1 when the task was dispatched
+        again already: its spec holds the next attempt's number)."""
         for tid in tids:
             o = self._open.pop(tid, None)
             spec = self._spec.get(tid)
@@ -250,7 +257,7 @@ class Recorder:
                 continue
             kind = spec[_T_KIND]
             opts = spec[_T_OPTS]
-            self.rows.append([ATTEMPT, tid, spec[_T_ATTEMPT], status,
+            self.rows.append([ATTEMPT, tid, spec[_T_ATTEMPT] - before, status,
                               self._num.get(o[1], 0) if num is None else num, self._tsub[tid],
                               o[0], now, None, why, spec[_T_OWNER], kind,
                               spec[_T_FID] if kind != _CMD else _program(spec), spec[_T_CORES],
@@ -298,6 +305,8 @@ class Recorder:
         """Attempts still open are UNFINISHED; the END record; the file is closed."""
         now = time.time()
         self._close(list(self._open), UNFINISHED, now, "the head stopped")
+        for ident in self._agents:  # told to shut down with the head
+            self.rows.append([AGENT_LEAVE, now, self._num.get(ident, 0), "the head stopped", False])
         self.rows.append([END, now, stats])
         self._write_at = 0.0
         self.flush()
