@@ -114,6 +114,8 @@ class Head:
         # beat often enough that a few lost beats never look like a lost peer
         self.heartbeat_s = min(HEARTBEAT_S, self.timeout_s / 4)
         self.core = SchedulerCore(crash_limit=crash_limit)
+        if self.tracer is not None:
+            self.tracer.live = self.core.tasks
         # waiting for the allocation's agents: dispatch held until then (0: no deadline)
         self.expect_agents = expect_agents
         self._expect_until = time.monotonic() + expect_timeout if expect_agents else 0.0
@@ -231,11 +233,12 @@ class Head:
             specs, keys = msg[1], None
             if self.journal is not None:  # journal: answer keys that finished OK before
                 specs, keys = self._journal_submit(peer, specs, msg[4] if len(msg) > 4 else None)
-            if self.tracer is not None:
+            d = self.core.submit(specs, ident, static=bool(msg[3]), keys=keys,
+                                 owner_num=peer.num if peer.role == "client" else None)
+            if self.tracer is not None:  # trace: the specs as the core padded them
                 self.tracer.funcs(msg[4] if len(msg) > 4 else None)
                 self.tracer.submitted(specs)
-            self._apply(self.core.submit(specs, ident, static=bool(msg[3]), keys=keys,
-                                         owner_num=peer.num if peer.role == "client" else None))
+            self._apply(d)
         elif kind == P.RETURN:
             if self.tracer is not None:
                 self.tracer.closed(ident, msg[1], RETURNED, "handed back unstarted")
@@ -371,9 +374,9 @@ class Head:
             for key in [k for k, c in self._cancels.items() if ident in c[3]]:
                 self._agent_cancelled(ident, key, [])
         else:
+            if self.tracer is not None:  # trace: before the core drops its tasks
+                self.tracer.client_leaving(ident, peer.num, reason)
             self._apply(self.core.cancel_owner(ident, peer.num))
-            if self.tracer is not None:
-                self.tracer.client_left(ident, reason, self.core.tasks)
             if self.exit_when_idle and not any(p.role == "client" for p in self.peers.values()):
                 self.running = False
 

@@ -17,6 +17,7 @@ from shoal.trace.store import (
     END,
     FUNCS,
     STATUS_NAMES,
+    SUBMIT,
     VERSION,
     TraceError,
 )
@@ -146,6 +147,7 @@ def read(path: str | os.PathLike[str], run: int = -1) -> Trace:
 def _fill(trace: Trace, batches: list[list[Any]]) -> None:
     funcs: dict[int, str] = {}
     agents: dict[int, AgentSpan] = {}
+    tasks: dict[int, tuple[Any, ...]] = {}   # tid -> (submitted, owner, kind, what, cores, request)
     raw: list[list[Any]] = []
     for batch in batches:
         for rec in batch:
@@ -154,6 +156,13 @@ def _fill(trace: Trace, batches: list[list[Any]]) -> None:
             tag = rec[0]
             if tag == ATTEMPT:
                 raw.append(rec)
+            elif tag == SUBMIT:
+                _, t, tids, owners, kinds, whats, cores, requests = rec[:8]
+                n = len(tids)
+                cols = [c if isinstance(c, list) else [c] * n
+                        for c in (owners, kinds, whats, cores, requests)]
+                for tid, *fields in zip(tids, *cols, strict=True):
+                    tasks[tid] = (t, *fields)
             elif tag == AGENT_JOIN:
                 _, t, num, name, node, slots, gpus, memory, host, _pid = rec[:10]
                 span = AgentSpan(num, name, node, slots, gpus, memory, host, t)
@@ -176,14 +185,16 @@ def _fill(trace: Trace, batches: list[list[Any]]) -> None:
                 trace.ended, trace.stats = rec[1], rec[2] or {}
     out = trace.attempts
     nothing = (None, None, None, None, None, None)
+    unknown = (None, None, None, "?", 1, None)
     for r in raw:
-        (_, tid, attempt, status, num, sub, disp, rec, times, note, owner, kind, what, cores,
-         request) = r[:15]
+        _, tid, attempt, status, num, disp, rec, times, note, hosts = r[:10]
+        sub, owner, kind, what, cores, request = tasks.get(tid, unknown)
         span = agents.get(num)
         name = (funcs.get(what) or f"fn#{what:x}") if isinstance(what, int) else str(what)
         lau, sta, end, cpus, gids, worker = (times or nothing)[:6]
-        gpus, ranks, hosts = request[:3] if request else (0, 0, None)
+        gpus, ranks = request[:2] if request else (0, 0)
         out.append(Attempt(tid, attempt, STATUS_NAMES.get(status, str(status)), owner,
                            KIND_NAMES.get(kind, str(kind)), name, cores or 1, gpus or 0,
                            ranks or 0, span.name if span else None, span.node if span else None,
-                           sub, disp, lau, sta, end, rec, cpus, gids, worker, hosts, note))
+                           rec if sub is None else sub, disp, lau, sta, end, rec, cpus, gids,
+                           worker, hosts, note))

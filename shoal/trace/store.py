@@ -15,20 +15,24 @@ agent's times are as good as the clocks' agreement).
 
 File format: a stream of msgpack objects, appended (a head on an existing trace file adds
 a run). Each run starts with a header map ``{"shoal_trace": VERSION, "t", "pid", "host",
-"run_id"}``; then every head loop turn that had something to record appends one array of
-records, each record an array whose first element says what it is:
+"run_id"}``; then the head appends arrays of records (one per loop turn that had something
+to record), each record an array whose first element says what it is:
 
-    [ATTEMPT, tid, attempt, status, agent, submitted, dispatched, received, agent_times,
-     note, owner, kind, what, cores, request]
-        one attempt of a task (attempt 0: resolved without ever being dispatched: cancelled,
-        a failed dependency, an impossible request; then agent is 0 and dispatched nil).
-        agent: the agent's number (see AGENT_JOIN). status: protocol's (OK 0, ERR 1,
-        CANCELLED 2, DEPFAIL 3, LOST 4, TIMEOUT 5) or RETURNED / REVOKED / UNFINISHED below.
-        agent_times: nil (none came: the attempt was closed by the head) or the agent's
-        [launched, started, ended, cpus, gpu_ids, worker] (any may be nil). note: nil, why
-        it failed, or "exit N" for a command that exited non-zero. owner: the client's
-        number. kind: PY 0, CHUNK 1, CMD 2. what: the function id (names in FUNCS
-        records) or a command's program. request: nil or [gpus, ranks, hosts].
+    [SUBMIT, t, tids, owners, kinds, whats, cores, requests]
+        tasks handed to the scheduler at ``t``, one column per field: a list with one value
+        per tid, or one value for all of them. owner: the client's number; kind: PY 0,
+        CHUNK 1, CMD 2; what: the function id (names in FUNCS records) or a command's
+        program; cores: per task (per rank for MPI); requests: nil, or per task nil or
+        [gpus, ranks].
+    [ATTEMPT, tid, attempt, status, agent, dispatched, received, agent_times, note, hosts]
+        one attempt. attempt 0: the head resolved the task without running it (again):
+        cancelled, a failed dependency, an impossible request, its agent gone; agent 0 and
+        dispatched nil then. agent: the agent's number (see AGENT_JOIN). status: protocol's
+        (OK 0, ERR 1, CANCELLED 2, DEPFAIL 3, LOST 4, TIMEOUT 5) or RETURNED / REVOKED /
+        UNFINISHED below. agent_times: nil (the attempt was closed by the head) or the
+        agent's [launched, started, ended, cpus, gpu_ids, worker], any of them nil where not
+        known. note: nil, why it failed, or "exit N" for a command that exited non-zero.
+        hosts: MPI tasks' [[node, ranks, cores per rank], ...].
     [AGENT_JOIN, t, num, name, node, slots, gpus, memory, host, pid]
     [AGENT_LEAVE, t, num, reason, lost]
     [FUNCS, {fid: "module.qualname"}]
@@ -37,9 +41,16 @@ records, each record an array whose first element says what it is:
     [END, t, {head statistics}]
 
 Why a msgpack stream and not SQLite (the journal's store): the trace is only appended by
-the head and read whole by reports, never looked up by key. Per turn the head packs one
-array in C and makes one ``write()``: about 0.3 us per attempt and no transaction; a head
-killed mid-write leaves a truncated last object, which the reader drops (``truncated``).
+the head and read whole by reports, never looked up by key. The head packs each turn's
+records in one C call and writes them in one ``write()`` every WRITE_EVERY_S: no
+transaction, no row per task in a database. A head killed mid-write leaves a truncated
+last object, which the reader drops (``truncated``).
+
+Cost (the head's hot path with the trace on): the task's static facts go out once per
+SUBMIT message as columns (C-level ``map`` over the specs, no object per task); the head
+keeps no table of its own beyond ``_open`` (tid -> (dispatched, agent), one tuple shared
+by a TASKS message) and reads the rest from the core's task table, so an attempt costs one
+dict entry, one row of ten fields and its packing.
 """
 
 from __future__ import annotations
@@ -55,7 +66,7 @@ from typing import Any
 import msgpack
 
 VERSION = 1
-ATTEMPT, AGENT_JOIN, AGENT_LEAVE, FUNCS, CLIENT_JOIN, CLIENT_LEAVE, END = range(7)
+ATTEMPT, AGENT_JOIN, AGENT_LEAVE, FUNCS, CLIENT_JOIN, CLIENT_LEAVE, END, SUBMIT = range(8)
 # statuses only the trace uses (the protocol's are 0-5)
 RETURNED = 16     # handed back unstarted (drain) or requeued when its agent left in order
 REVOKED = 17      # given up by the head (a share of an MPI task was lost, its owner left)
@@ -65,29 +76,16 @@ STATUS_NAMES = {0: "ok", 1: "error", 2: "cancelled", 3: "depfail", 4: "lost", 5:
 
 # positions in the task spec (shoal.transport.protocol; not imported: the reader of a trace
 # needs no runtime)
-_T_ID, _T_KIND, _T_FID, _T_PAYLOAD, _T_CORES, _T_OPTS, _T_ATTEMPT, _T_OWNER = 0, 1, 2, 3, 5, 8, 9, 10
+_T_KIND, _T_PAYLOAD, _T_OPTS, _T_ATTEMPT, _T_OWNER = 1, 3, 8, 9, 10
 _CMD = 2
 _OK, _CANCELLED, _LOST = 0, 2, 4
 _packb = msgpack.Packer(use_bin_type=True).pack
+_first = itemgetter(0)
+_col_owner, _col_kind, _col_fid, _col_cores, _col_opts = (itemgetter(i) for i in (10, 1, 2, 5, 8))
 # Packed turns are written when this much waits or this long passed (a head killed with
 # SIGKILL loses at most that much of the trace; an orderly exit loses nothing).
 WRITE_BYTES = 256 << 10
 WRITE_EVERY_S = 0.2
-_first = itemgetter(0)
-
-
-def _note(info: dict[str, Any]) -> str:
-    """A failed attempt's note: "exit N" for a command that exited non-zero, else why."""
-    if "exit" in info:
-        return f"exit {info['exit']}"
-    return str(info.get("why", ""))[:300]
-
-
-def _request(opts: dict[str, Any]) -> list[Any] | None:
-    """[gpus, ranks, hosts] of a task asking for GPUs or MPI ranks, else None."""
-    if "gpus" in opts or "ranks" in opts:
-        return [opts.get("gpus", 0), opts.get("ranks", 0), opts.get("hosts")]
-    return None
 
 
 class TraceError(Exception):
@@ -107,13 +105,24 @@ def _program(spec: list[Any]) -> str:
         return "?"
 
 
-class Recorder:
-    """The head's side: buffers the facts of one loop turn, writes them at :meth:`flush`.
+def _note(info: dict[str, Any]) -> str:
+    """A failed attempt's note: "exit N" for a command that exited non-zero, else why."""
+    if "exit" in info:
+        return f"exit {info['exit']}"
+    return str(info.get("why", ""))[:300]
 
-    The head calls it only when tracing. Per task it keeps what a row needs later, without
-    a new object per task (each would cost the head's garbage collector too): ``_spec``
-    tid -> spec and ``_tsub`` tid -> submitted until the task resolves, ``_open`` tid ->
-    (dispatched, agent ident), one tuple shared by a TASKS message, while an attempt runs.
+
+def _column(values: list[Any]) -> Any:
+    """One value when all are the same (a client's batch: one owner, often one function)."""
+    return values[0] if values.count(values[0]) == len(values) else values
+
+
+class Recorder:
+    """The head's side: buffers the facts of each loop turn, packs them at :meth:`flush`.
+
+    The head calls it only when tracing, and calls the hooks that close attempts before
+    the core requeues or forgets them (``live``: the core's task table, read for attempt
+    numbers and MPI hosts).
     """
 
     def __init__(self, path: str, run_id: str = "") -> None:
@@ -130,14 +139,13 @@ class Recorder:
             self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise TraceError(f"--trace {path!r}: cannot write: {exc.strerror}") from None
+        self.live: dict[int, Any] = {}     # the core's tasks (set by the head)
         self.rows: list[list[Any]] = []
-        self._spec: dict[int, list[Any]] = {}
-        self._tsub: dict[int, float] = {}
         self._open: dict[int, tuple[float, bytes]] = {}
         self._num: dict[bytes, int] = {}   # peer ident -> its number (stamped in rows)
         self._agents: set[bytes] = set()   # agents there now
         self.failed = False
-        self._packed: list[bytes] = []    # packed turns not written yet
+        self._packed: list[bytes] = []     # packed turns not written yet
         self._nbytes = 0
         self._write_at = 0.0
         header = {"shoal_trace": VERSION, "t": time.time(), "pid": os.getpid(),
@@ -159,25 +167,26 @@ class Recorder:
                               info.get("pid")])
 
     def agent_leaving(self, ident: bytes, reason: str, lost: bool, holds: Iterable[int]) -> None:
-        """An agent left or was lost. Called before the core hears of it (attempt numbers
-        still those of the attempts that end); ``holds``: MPI tasks led by other agents
-        with a share on this one, whose attempts end with it."""
-        num = self._num.pop(ident, 0)
+        """An agent left or was lost, before the core hears of it. ``holds``: MPI tasks led
+        by other agents with a share on this one, whose attempts end with it."""
         self._agents.discard(ident)
         now = time.time()
-        self.rows.append([AGENT_LEAVE, now, num, reason, lost])
+        self.rows.append([AGENT_LEAVE, now, self._num.get(ident, 0), reason, lost])
         gone = [tid for tid, o in self._open.items() if o[1] == ident]
-        self._close(gone, _LOST if lost else RETURNED, now, f"agent {reason}", num)
+        self._close(gone, _LOST if lost else RETURNED, now, f"agent {reason}")
         self._close([t for t in holds if t in self._open], REVOKED, now,
                     f"an agent holding its ranks left: {reason}")
+        self._num.pop(ident, None)
 
-    def client_left(self, ident: bytes, reason: str, live: dict[int, Any]) -> None:
-        """A client left; its tasks were dropped (``live``: the core's tasks after that)."""
+    def client_leaving(self, ident: bytes, num: int, reason: str) -> None:
+        """A client left, before the core drops its tasks (and its tasks' sub-tasks: the
+        core's rule, ``shoal.head.core.cancel_owner``)."""
         now = time.time()
         self.rows.append([CLIENT_LEAVE, now, self._num.pop(ident, 0), reason])
-        self._close([t for t in self._open if t not in live], REVOKED, now, "its client left")
-        for tid in [t for t in self._spec if t not in live]:
-            self._never_ran(tid, _CANCELLED, now)
+        mine = [tid for tid, t in self.live.items()
+                if t.owner == ident or t.spec[_T_OWNER] == num]
+        self.cancelled(t for t in mine if t not in self._open)
+        self._close([t for t in mine if t in self._open], REVOKED, now, "its client left")
 
     def funcs(self, names: Any) -> None:
         if isinstance(names, dict) and names:
@@ -185,9 +194,23 @@ class Recorder:
 
     # ---- tasks --------------------------------------------------------------------------
     def submitted(self, specs: list[list[Any]]) -> None:
-        tids = list(map(_first, specs))
-        self._spec.update(zip(tids, specs, strict=True))
-        self._tsub.update(zip(tids, repeat(time.time())))
+        """Specs the core took (padded to full length by it): one SUBMIT record."""
+        if not specs:
+            return
+        kinds = list(map(_col_kind, specs))
+        whats = list(map(_col_fid, specs))
+        if _CMD in kinds:
+            for i, kind in enumerate(kinds):
+                if kind == _CMD:
+                    whats[i] = _program(specs[i])
+        opts = list(map(_col_opts, specs))
+        requests = None
+        if any(opts):
+            requests = [[o.get("gpus", 0), o.get("ranks", 0)]
+                        if o and ("gpus" in o or "ranks" in o) else None for o in opts]
+        self.rows.append([SUBMIT, time.time(), list(map(_first, specs)),
+                          _column(list(map(_col_owner, specs))), _column(kinds), _column(whats),
+                          _column(list(map(_col_cores, specs))), requests])
 
     def dispatched(self, agent: bytes, specs: list[list[Any]]) -> None:
         opened = self._open
@@ -200,85 +223,63 @@ class Recorder:
     def results(self, agent: bytes, items: list[list[Any]]) -> None:
         """RESULTS from ``agent``, before the core sees them: each attempt's row (the
         agent's times, item[5], are taken off the item: the client never gets them).
-
-        The hot path of a traced run: indices are literal (spec: 0 tid, 1 kind, 2 fid,
-        5 cores, 8 opts, 9 attempt, 10 owner; item: 0 tid, 1 status, 3 attempt, 4 info)."""
+        The hot path of a traced run (item: 0 tid, 1 status, 3 attempt, 4 info)."""
         now = time.time()
-        opened, specs, tsub, add = self._open, self._spec, self._tsub, self.rows.append
+        opened, live, add = self._open, self.live, self.rows.append
         num = self._num.get(agent, 0)
         for item in items:
             tr = item.pop() if len(item) > 5 else None
             tid = item[0]
-            o = opened.pop(tid, None)
-            spec = specs.get(tid)
-            if o is None or spec is None or o[1] != agent or item[3] != spec[9]:
-                if o is not None:  # a stale attempt: the core drops it too
-                    opened[tid] = o
+            o = opened.get(tid)
+            if o is None or o[1] != agent:
+                continue  # a stale attempt: the core drops it too
+            task = live.get(tid)
+            if task is None or item[3] != task.spec[9]:
                 continue
+            del opened[tid]
             info = item[4]
-            kind = spec[1]
-            opts = spec[8]
-            add([ATTEMPT, tid, spec[9], item[1], num, tsub[tid], o[0], now, tr,
-                 info and _note(info), spec[10], kind, spec[2] if kind != _CMD else _program(spec),
-                 spec[5], opts and _request(opts)])
+            opts = task.opts
+            add([ATTEMPT, tid, item[3], item[1], num, o[0], now, tr, info and _note(info),
+                 opts and opts.get("hosts")])
 
     def resolved(self, resolve: dict[bytes, list[list[Any]]]) -> None:
-        """Tasks resolved (results going to their owners): forget them; those never
-        dispatched get an attempt-0 row."""
-        specs, tsub = self._spec, self._tsub
+        """Tasks resolved without an agent's result (agent number 0 in the item): cancelled,
+        failed dependencies, impossible requests, hard placements on a departed agent."""
+        now = time.time()
         for items in resolve.values():
             for item in items:
-                spec = specs.pop(item[0], None)
-                if spec is not None:
-                    t = tsub.pop(item[0])
-                    if not spec[_T_ATTEMPT]:
-                        self._row0(spec, t, item[1], time.time())
+                if not item[3]:
+                    payload = item[2]
+                    note = (payload[:300].decode(errors="replace")
+                            if item[1] and isinstance(payload, bytes) and payload else None)
+                    self.rows.append([ATTEMPT, item[0], 0, item[1], 0, None, now, None, note,
+                                      None])
 
     def closed(self, agent: bytes, tids: Iterable[int], status: int, why: str) -> None:
-        """Attempts that ended without a result: handed back (RETURN) or cancelled there."""
+        """Attempts that ended without a result, before the core hears of it: handed back
+        (RETURN) or cancelled there."""
         opened = self._open
         self._close([t for t in tids if t in opened and opened[t][1] == agent], status,
-                    time.time(), why, self._num.get(agent, 0))
+                    time.time(), why)
 
     def cancelled(self, tids: Iterable[int]) -> None:
-        """Tasks a client cancelled before they were dispatched."""
+        """Tasks dropped before they were dispatched (again)."""
         now = time.time()
-        for tid in tids:
-            self._never_ran(tid, _CANCELLED, now)
+        self.rows.extend([ATTEMPT, tid, 0, _CANCELLED, 0, None, now, None, None, None]
+                         for tid in tids)
 
-    def _close(self, tids: list[int], status: int, now: float, why: str,
-               num: int | None = None, before: int = 0) -> None:
-        """Attempts ended without a result (``before``: 1 when the task was dispatched
+    def _close(self, tids: list[int], status: int, now: float, why: str, before: int = 0) -> None:
+        """Attempts that ended without a result (``before``: 1 when the task was dispatched
         again already: its spec holds the next attempt's number)."""
         for tid in tids:
             o = self._open.pop(tid, None)
-            spec = self._spec.get(tid)
-            if o is None or spec is None:
+            task = self.live.get(tid)
+            if o is None:
                 continue
-            kind = spec[_T_KIND]
-            opts = spec[_T_OPTS]
-            self.rows.append([ATTEMPT, tid, spec[_T_ATTEMPT] - before, status,
-                              self._num.get(o[1], 0) if num is None else num, self._tsub[tid],
-                              o[0], now, None, why, spec[_T_OWNER], kind,
-                              spec[_T_FID] if kind != _CMD else _program(spec), spec[_T_CORES],
-                              opts and _request(opts)])
-            if status == _CANCELLED:  # resolved without a result to its owner
-                del self._spec[tid]
-                del self._tsub[tid]
-
-    def _never_ran(self, tid: int, status: int, now: float) -> None:
-        spec = self._spec.pop(tid, None)
-        if spec is not None:
-            t = self._tsub.pop(tid)
-            if not spec[_T_ATTEMPT]:
-                self._row0(spec, t, status, now)
-
-    def _row0(self, spec: list[Any], submitted: float, status: int, now: float) -> None:
-        kind = spec[_T_KIND]
-        opts = spec[_T_OPTS]
-        self.rows.append([ATTEMPT, spec[0], 0, status, 0, submitted, None, now, None, None,
-                          spec[_T_OWNER], kind, spec[_T_FID] if kind != _CMD else _program(spec),
-                          spec[_T_CORES], opts and _request(opts)])
+            attempt = task.spec[_T_ATTEMPT] - before if task is not None else None
+            opts = task.opts if task is not None and not before else None
+            self.rows.append([ATTEMPT, tid, attempt, status, self._num.get(o[1], 0), o[0], now,
+                              None, why, opts and opts.get("hosts")])
 
     # ---- writing --------------------------------------------------------------------------
     def flush(self) -> None:
@@ -298,11 +299,12 @@ class Recorder:
 
     def due(self) -> float:
         """When packed records must be written (inf: nothing waits); the head's loop wakes
-        up for it."""
+        up for it (time.monotonic())."""
         return self._write_at if self._packed else float("inf")
 
     def close(self, stats: dict[str, Any]) -> None:
-        """Attempts still open are UNFINISHED; the END record; the file is closed."""
+        """Attempts still open are UNFINISHED; agents still there leave with the head; the
+        END record; the file is closed."""
         now = time.time()
         self._close(list(self._open), UNFINISHED, now, "the head stopped")
         for ident in self._agents:  # told to shut down with the head
