@@ -369,7 +369,8 @@ class Head:
                 self.lost_agents += 1
             if self.tracer is not None:  # trace: before the core requeues its attempts
                 state = self.core.agents.get(ident)
-                self.tracer.agent_leaving(ident, reason, lost, state.holds if state else ())
+                self.tracer.agent_leaving(ident, reason, lost, state.running if state else (),
+                                          state.holds if state else ())
             self._apply(self.core.remove_agent(ident, reason, lost=lost))
             for key in [k for k, c in self._cancels.items() if ident in c[3]]:
                 self._agent_cancelled(ident, key, [])

@@ -16,10 +16,13 @@ from shoal.trace.store import (
     CLIENT_LEAVE,
     END,
     FUNCS,
+    HOSTS,
+    RESULTS,
     STATUS_NAMES,
     SUBMIT,
     VERSION,
     TraceError,
+    _note,
 )
 
 KIND_NAMES = {0: "py", 1: "chunk", 2: "cmd"}
@@ -148,14 +151,23 @@ def _fill(trace: Trace, batches: list[list[Any]]) -> None:
     funcs: dict[int, str] = {}
     agents: dict[int, AgentSpan] = {}
     tasks: dict[int, tuple[Any, ...]] = {}   # tid -> (submitted, owner, kind, what, cores, request)
-    raw: list[list[Any]] = []
+    hosts: dict[tuple[int, int], Any] = {}   # (tid, attempt) -> MPI hosts
+    # (tid, attempt, status, agent, dispatched, received, agent_times, note)
+    rows: list[tuple[Any, ...]] = []
     for batch in batches:
         for rec in batch:
             if not isinstance(rec, list) or not rec:
                 continue
             tag = rec[0]
-            if tag == ATTEMPT:
-                raw.append(rec)
+            if tag == RESULTS:
+                _, t, num, tids, statuses, attempts, sent, times, infos = rec[:9]
+                n = len(tids)
+                for tid, attempt, status, disp, tr, info in zip(
+                        tids, attempts, statuses, sent, times, infos or [None] * n, strict=True):
+                    rows.append((tid, attempt, status, num, disp, t, tr,
+                                 _note(info) if info else None))
+            elif tag == ATTEMPT:
+                rows.append(tuple(rec[1:9]))
             elif tag == SUBMIT:
                 _, t, tids, owners, kinds, whats, cores, requests = rec[:8]
                 n = len(tids)
@@ -163,6 +175,8 @@ def _fill(trace: Trace, batches: list[list[Any]]) -> None:
                         for c in (owners, kinds, whats, cores, requests)]
                 for tid, *fields in zip(tids, *cols, strict=True):
                     tasks[tid] = (t, *fields)
+            elif tag == HOSTS:
+                hosts[(rec[1], rec[2])] = rec[3]
             elif tag == AGENT_JOIN:
                 _, t, num, name, node, slots, gpus, memory, host, _pid = rec[:10]
                 span = AgentSpan(num, name, node, slots, gpus, memory, host, t)
@@ -186,8 +200,7 @@ def _fill(trace: Trace, batches: list[list[Any]]) -> None:
     out = trace.attempts
     nothing = (None, None, None, None, None, None)
     unknown = (None, None, None, "?", 1, None)
-    for r in raw:
-        _, tid, attempt, status, num, disp, rec, times, note, hosts = r[:10]
+    for tid, attempt, status, num, disp, rec, times, note in rows:
         sub, owner, kind, what, cores, request = tasks.get(tid, unknown)
         span = agents.get(num)
         name = (funcs.get(what) or f"fn#{what:x}") if isinstance(what, int) else str(what)
@@ -197,4 +210,4 @@ def _fill(trace: Trace, batches: list[list[Any]]) -> None:
                            KIND_NAMES.get(kind, str(kind)), name, cores or 1, gpus or 0,
                            ranks or 0, span.name if span else None, span.node if span else None,
                            rec if sub is None else sub, disp, lau, sta, end, rec, cpus, gids,
-                           worker, hosts, note))
+                           worker, hosts.get((tid, attempt)), note))

@@ -24,15 +24,21 @@ to record), each record an array whose first element says what it is:
         CHUNK 1, CMD 2; what: the function id (names in FUNCS records) or a command's
         program; cores: per task (per rank for MPI); requests: nil, or per task nil or
         [gpus, ranks].
-    [ATTEMPT, tid, attempt, status, agent, dispatched, received, agent_times, note, hosts]
-        one attempt. attempt 0: the head resolved the task without running it (again):
-        cancelled, a failed dependency, an impossible request, its agent gone; agent 0 and
-        dispatched nil then. agent: the agent's number (see AGENT_JOIN). status: protocol's
-        (OK 0, ERR 1, CANCELLED 2, DEPFAIL 3, LOST 4, TIMEOUT 5) or RETURNED / REVOKED /
-        UNFINISHED below. agent_times: nil (the attempt was closed by the head) or the
-        agent's [launched, started, ended, cpus, gpu_ids, worker], any of them nil where not
-        known. note: nil, why it failed, or "exit N" for a command that exited non-zero.
-        hosts: MPI tasks' [[node, ranks, cores per rank], ...].
+    [RESULTS, t, agent, tids, statuses, attempts, dispatched, agent_times, infos]
+        the attempts whose results one RESULTS message from an agent brought, at ``t``
+        (their ``received``), as columns. agent: the agent's number (see AGENT_JOIN).
+        status: protocol's (OK 0, ERR 1, CANCELLED 2, DEPFAIL 3, LOST 4, TIMEOUT 5).
+        dispatched: when the head sent that attempt. agent_times: per result nil or the
+        agent's [launched, started, ended, cpus, gpu_ids, worker], any of them nil where
+        not known. infos: nil (no failures), or per result nil or the failure's info
+        (``{"why": ..., "types": [...]}``, ``{"exit": N}`` for a command exiting non-zero).
+    [ATTEMPT, tid, attempt, status, agent, dispatched, received, agent_times, note]
+        one attempt the head ended itself: RETURNED / REVOKED / UNFINISHED below, LOST with
+        its agent, cancelled on its agent; or attempt 0: the head resolved the task without
+        running it (again): cancelled, a failed dependency, an impossible request, a hard
+        placement on an agent that left (agent 0, dispatched nil). note: why.
+    [HOSTS, tid, attempt, hosts]
+        where the head placed an MPI task's ranks: [[node, ranks, cores per rank], ...]
     [AGENT_JOIN, t, num, name, node, slots, gpus, memory, host, pid]
     [AGENT_LEAVE, t, num, reason, lost]
     [FUNCS, {fid: "module.qualname"}]
@@ -48,9 +54,9 @@ last object, which the reader drops (``truncated``).
 
 Cost (the head's hot path with the trace on): the task's static facts go out once per
 SUBMIT message as columns (C-level ``map`` over the specs, no object per task); the head
-keeps no table of its own beyond ``_open`` (tid -> (dispatched, agent), one tuple shared
-by a TASKS message) and reads the rest from the core's task table, so an attempt costs one
-dict entry, one row of ten fields and its packing.
+keeps no table of its own beyond ``_open`` (tid -> dispatched, while an attempt runs) and
+reads the rest from the core's task table; results are recorded as columns too (one record
+per RESULTS message), so an attempt costs one dict entry and the packing of its values.
 """
 
 from __future__ import annotations
@@ -66,7 +72,8 @@ from typing import Any
 import msgpack
 
 VERSION = 1
-ATTEMPT, AGENT_JOIN, AGENT_LEAVE, FUNCS, CLIENT_JOIN, CLIENT_LEAVE, END, SUBMIT = range(8)
+(ATTEMPT, AGENT_JOIN, AGENT_LEAVE, FUNCS, CLIENT_JOIN, CLIENT_LEAVE, END, SUBMIT, RESULTS,
+ HOSTS) = range(10)
 # statuses only the trace uses (the protocol's are 0-5)
 RETURNED = 16     # handed back unstarted (drain) or requeued when its agent left in order
 REVOKED = 17      # given up by the head (a share of an MPI task was lost, its owner left)
@@ -80,7 +87,7 @@ _T_KIND, _T_PAYLOAD, _T_OPTS, _T_ATTEMPT, _T_OWNER = 1, 3, 8, 9, 10
 _CMD = 2
 _OK, _CANCELLED, _LOST = 0, 2, 4
 _packb = msgpack.Packer(use_bin_type=True).pack
-_first = itemgetter(0)
+_first, _second, _fourth, _fifth = (itemgetter(i) for i in (0, 1, 3, 4))
 _col_owner, _col_kind, _col_fid, _col_cores, _col_opts = (itemgetter(i) for i in (10, 1, 2, 5, 8))
 # Packed turns are written when this much waits or this long passed (a head killed with
 # SIGKILL loses at most that much of the trace; an orderly exit loses nothing).
@@ -141,7 +148,7 @@ class Recorder:
             raise TraceError(f"--trace {path!r}: cannot write: {exc.strerror}") from None
         self.live: dict[int, Any] = {}     # the core's tasks (set by the head)
         self.rows: list[list[Any]] = []
-        self._open: dict[int, tuple[float, bytes]] = {}
+        self._open: dict[int, float] = {}  # tid -> dispatched, while its attempt runs
         self._num: dict[bytes, int] = {}   # peer ident -> its number (stamped in rows)
         self._agents: set[bytes] = set()   # agents there now
         self.failed = False
@@ -166,15 +173,18 @@ class Recorder:
             self.rows.append([CLIENT_JOIN, time.time(), num, name, str(info.get("host", "")),
                               info.get("pid")])
 
-    def agent_leaving(self, ident: bytes, reason: str, lost: bool, holds: Iterable[int]) -> None:
-        """An agent left or was lost, before the core hears of it. ``holds``: MPI tasks led
-        by other agents with a share on this one, whose attempts end with it."""
+    def agent_leaving(self, ident: bytes, reason: str, lost: bool, running: Iterable[int],
+                      holds: Iterable[int]) -> None:
+        """An agent left or was lost, before the core hears of it: ``running``, the tasks
+        it leads, end LOST (or RETURNED when it left in order); ``holds``, MPI tasks led by
+        other agents with a share on it, end REVOKED."""
         self._agents.discard(ident)
         now = time.time()
         self.rows.append([AGENT_LEAVE, now, self._num.get(ident, 0), reason, lost])
-        gone = [tid for tid, o in self._open.items() if o[1] == ident]
-        self._close(gone, _LOST if lost else RETURNED, now, f"agent {reason}")
-        self._close([t for t in holds if t in self._open], REVOKED, now,
+        opened = self._open
+        self._close([t for t in running if t in opened], _LOST if lost else RETURNED, now,
+                    f"agent {reason}")
+        self._close([t for t in holds if t in opened], REVOKED, now,
                     f"an agent holding its ranks left: {reason}")
         self._num.pop(ident, None)
 
@@ -218,68 +228,77 @@ class Recorder:
         if not opened.keys().isdisjoint(tids):  # a last attempt ended without word: closed
             self._close([t for t in tids if t in opened], REVOKED, time.time(),
                         "given up by the head", before=1)
-        opened.update(zip(tids, repeat((time.time(), agent))))
+        opened.update(zip(tids, repeat(time.time())))
+        if any(map(_col_opts, specs)):  # MPI tasks: where their ranks go
+            for spec in specs:
+                opts = spec[_T_OPTS]
+                if opts and "hosts" in opts:
+                    self.rows.append([HOSTS, spec[0], spec[_T_ATTEMPT], opts["hosts"]])
 
     def results(self, agent: bytes, items: list[list[Any]]) -> None:
-        """RESULTS from ``agent``, before the core sees them: each attempt's row (the
-        agent's times, item[5], are taken off the item: the client never gets them).
-        The hot path of a traced run (item: 0 tid, 1 status, 3 attempt, 4 info)."""
+        """RESULTS from ``agent``, before the core sees them: one RESULTS record of
+        columns (the agent's times, item[5], are taken off the items: the client never
+        gets them). The hot path of a traced run: C-level ``map`` where it can."""
+        if not items:
+            return
         now = time.time()
-        opened, live, add = self._open, self.live, self.rows.append
-        num = self._num.get(agent, 0)
-        for item in items:
-            tr = item.pop() if len(item) > 5 else None
-            tid = item[0]
-            o = opened.get(tid)
-            if o is None or o[1] != agent:
-                continue  # a stale attempt: the core drops it too
-            task = live.get(tid)
-            if task is None or item[3] != task.spec[9]:
-                continue
-            del opened[tid]
-            info = item[4]
-            opts = task.opts
-            add([ATTEMPT, tid, item[3], item[1], num, o[0], now, tr, info and _note(info),
-                 opts and opts.get("hosts")])
+        if len(items[0]) == 6 and len(set(map(len, items))) == 1:
+            times = list(map(list.pop, items))
+        else:
+            times = [item.pop() if len(item) > 5 else None for item in items]
+        tids = list(map(_first, items))
+        sent = list(map(self._open.pop, tids, repeat(None)))
+        infos = list(map(_fifth, items))
+        statuses, attempts = list(map(_second, items)), list(map(_fourth, items))
+        if None in sent:  # not an open attempt (the core drops these too)
+            keep = [i for i, t in enumerate(sent) if t is not None]
+            tids, statuses, attempts, sent, times, infos = (
+                [col[i] for i in keep] for col in (tids, statuses, attempts, sent, times, infos))
+            if not tids:
+                return
+        self.rows.append([RESULTS, now, self._num.get(agent, 0), tids, statuses, attempts, sent,
+                          times, infos if any(infos) else None])
 
     def resolved(self, resolve: dict[bytes, list[list[Any]]]) -> None:
         """Tasks resolved without an agent's result (agent number 0 in the item): cancelled,
         failed dependencies, impossible requests, hard placements on a departed agent."""
         now = time.time()
         for items in resolve.values():
+            if all(map(_fourth, items)):
+                continue
             for item in items:
                 if not item[3]:
                     payload = item[2]
                     note = (payload[:300].decode(errors="replace")
                             if item[1] and isinstance(payload, bytes) and payload else None)
-                    self.rows.append([ATTEMPT, item[0], 0, item[1], 0, None, now, None, note,
-                                      None])
+                    self.rows.append([ATTEMPT, item[0], 0, item[1], 0, None, now, None, note])
 
     def closed(self, agent: bytes, tids: Iterable[int], status: int, why: str) -> None:
         """Attempts that ended without a result, before the core hears of it: handed back
         (RETURN) or cancelled there."""
-        opened = self._open
-        self._close([t for t in tids if t in opened and opened[t][1] == agent], status,
-                    time.time(), why)
+        opened, live = self._open, self.live
+        self._close([t for t in tids if t in opened and getattr(live.get(t), "agent", None)
+                     == agent], status, time.time(), why)
 
     def cancelled(self, tids: Iterable[int]) -> None:
         """Tasks dropped before they were dispatched (again)."""
         now = time.time()
-        self.rows.extend([ATTEMPT, tid, 0, _CANCELLED, 0, None, now, None, None, None]
-                         for tid in tids)
+        self.rows.extend([ATTEMPT, tid, 0, _CANCELLED, 0, None, now, None, None] for tid in tids)
 
     def _close(self, tids: list[int], status: int, now: float, why: str, before: int = 0) -> None:
-        """Attempts that ended without a result (``before``: 1 when the task was dispatched
-        again already: its spec holds the next attempt's number)."""
+        """Attempts that ended without a result, while the core still holds them (its task
+        knows the agent and the attempt; ``before``: 1 when the task was dispatched again
+        already: its spec holds the next attempt's number, its agent is the next one's)."""
         for tid in tids:
-            o = self._open.pop(tid, None)
+            sent = self._open.pop(tid, None)
             task = self.live.get(tid)
-            if o is None:
+            if sent is None:
                 continue
-            attempt = task.spec[_T_ATTEMPT] - before if task is not None else None
-            opts = task.opts if task is not None and not before else None
-            self.rows.append([ATTEMPT, tid, attempt, status, self._num.get(o[1], 0), o[0], now,
-                              None, why, opts and opts.get("hosts")])
+            attempt = num = None
+            if task is not None:
+                attempt = task.spec[_T_ATTEMPT] - before
+                num = 0 if before else self._num.get(task.agent, 0)
+            self.rows.append([ATTEMPT, tid, attempt, status, num, sent, now, None, why])
 
     # ---- writing --------------------------------------------------------------------------
     def flush(self) -> None:
