@@ -257,7 +257,15 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
                     w.started.pop(item[0], None)
                 item[3] = spec[T_ATTEMPT] if len(spec) > T_ATTEMPT else None  # R_ATTEMPT
                 if trace:  # the worker sent [None, started, ended, None, None, None]
-                    self._trace_python(w, item)
+                    if len(item) > 5:
+                        tr = item[5]
+                        tr[0] = self.trace_launch.pop(item[0], None)
+                        tr[5] = w.index
+                        if self.py_gpu_held:
+                            self._trace_gpus(tr, item[0])
+                    else:
+                        item.append([self.trace_launch.pop(item[0], None), None, time.time(),
+                                     None, None, w.index])
                 out.append(item)
             if not tasks:
                 w.queued_s = 0.0
@@ -293,17 +301,11 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
         elif kind == P.RETURN:
             self._worker_returned(w, msg[1])
 
-    def _trace_python(self, w: WorkerHandle, item: list[Any]) -> None:
-        """Traced: fill in the agent's part of a Python task's times (6th field)."""
-        if len(item) < 6:
-            item.append([None, None, time.time(), None, None, None])
-        tr = item[5]
-        tr[0] = self.trace_launch.pop(item[0], None)
-        tr[5] = w.index
-        if self.py_gpu_held:
-            held = self.py_gpu_held.get(item[0])
-            if held is not None:
-                tr[4] = held[1]
+    def _trace_gpus(self, tr: list[Any], tid: int) -> None:
+        """Traced: the GPU ids a Python task was given (its RESULT's 6th field)."""
+        held = self.py_gpu_held.get(tid)
+        if held is not None:
+            tr[4] = held[1]
 
     def _result_to_head(self, item: list[Any]) -> None:
         if self.trace and len(item) == 5:  # failed before or while running: what is known
