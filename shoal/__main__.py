@@ -1,7 +1,9 @@
 """``python -m shoal [-n WORKERS] [--journal FILE] prog.py ARGS``: run an unmodified program on shoal.
 
 The program runs as ``__main__`` in this process; its ``shoal.futures`` calls go to a
-runtime started here (the embedded local default, or ``--connect FILE``). ``python -m
+runtime started here: the embedded local default, every node of the batch allocation it
+runs in (docs/cluster.md; ``--hostfile``/``--hosts``/``--launcher``/``--interface``), or
+``--connect FILE``. ``python -m
 shoal run ...`` (or any other sub-command) is the ``shoal`` command line.
 """
 
@@ -36,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--journal", metavar="FILE",
                     help="record finished tasks in FILE (SQLite); running the same program again "
                          "takes their results from it instead of running them")
+    from shoal.launch.cluster import add_cluster_options
+
+    add_cluster_options(ap)
     ap.add_argument("program", help="the Python program to run")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     args = ap.parse_args(argv)
@@ -48,10 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers is not None and args.workers < 1:
         print("shoal: -n must be at least 1", file=sys.stderr)
         return 2
+    from shoal.launch.cluster import cluster_kwargs
+
     try:
         ex = Executor(args.workers, schedule=args.schedule, prefetch=args.prefetch,
                       connect=args.connect, retries=args.retries, task_timeout=args.timeout,
-                      journal=args.journal)
+                      journal=args.journal, **cluster_kwargs(args))
     except ValueError as exc:
         print(f"shoal: {exc}", file=sys.stderr)
         return 2
@@ -71,7 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         code = 130
         ex.shutdown(wait=False, cancel_futures=True)
-    except HeadLost as exc:  # the run is gone, not the program's bug: one line, as shoal run
+    except ExecutorError as exc:
+        if not isinstance(exc, HeadLost) and exc is not ex._error:
+            raise
+        # the run is gone (head lost, every agent exited: a cancelled job), not the
+        # program's bug: one line, as shoal run
         print(f"shoal: {str(exc).splitlines()[0]}", file=sys.stderr)
         code = 3
     finally:

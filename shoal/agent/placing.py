@@ -188,7 +188,8 @@ class Placing:
 
     def _idle_check(self, now: float) -> None:
         """``--idle-timeout``: leave (drain, BYE) after that long with nothing to do."""
-        if (self.commands or self.cmd_queue or self.py_queue or self.pinned or self.gpu_py
+        if (not self.welcomed  # the clock starts when the head takes the agent, not at start-up
+                or self.commands or self.cmd_queue or self.py_queue or self.pinned or self.gpu_py
                 or self.out_results or any(w.tasks for w in self.workers.values())):
             self.idle_since = now
         elif now - self.idle_since >= self.idle_timeout:

@@ -15,6 +15,7 @@ COMMANDS: dict[str, str] = {
     "run": "run",          # one shell command per line of a task file
     "head": "cluster",     # start a head, write a connection file
     "agent": "cluster",    # join a head as a node agent
+    "alloc": "alloc",      # submit pilot jobs (sbatch/qsub) that start agents for a head
     "script": "script",    # compile and run a shell script as a DAG
     "bundle": "bundle",    # build tiered environment bundles
     "bcast": "bundle",     # broadcast bundles to node-local storage

@@ -103,7 +103,7 @@ def add_parser(sub: Any) -> None:
                        description=__doc__)
     p.add_argument("taskfile", help="file of commands, one per line ('-' for stdin)")
     p.add_argument("-j", "--slots", type=int, default=None,
-                   help="cores to use on the local agent (default: all cores)")
+                   help="cores to use on the local agent (default: all cores; in an allocation: at most N per node)")
     p.add_argument("--cores-per-task", type=int, default=1, metavar="N",
                    help="cores each command occupies (default 1)")
     out = p.add_mutually_exclusive_group()
@@ -113,6 +113,9 @@ def add_parser(sub: Any) -> None:
                      help="let commands write straight to this terminal (interleaved)")
     out.add_argument("--discard-output", action="store_true", help="discard command output")
     p.add_argument("--connect", metavar="FILE", help="run on a running head (shoal head)")
+    from shoal.launch.cluster import add_cluster_options
+
+    add_cluster_options(p)
     p.add_argument("--retries", type=int, default=0, metavar="N",
                    help="run a failed command (non-zero exit, lost, timed out) again up to N "
                         "times, with backoff (default 0)")
@@ -186,8 +189,14 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine], er
         if args.connect:
             ex = Executor(connect=args.connect, **policy)
         else:
-            ex = Executor(workers=0, slots=args.slots or os.cpu_count() or 1, journal=journal,
-                          **policy)
+            from shoal.launch.cluster import cluster_kwargs
+
+            # slots=None: all cores here, or each node's CPUs in an allocation (-j caps them)
+            ex = Executor(workers=0, slots=args.slots, journal=journal, **policy,
+                          **cluster_kwargs(args))
+    except ValueError as exc:
+        _say(str(exc))
+        return 2
     except ExecutorError as exc:
         _say(str(exc))
         return 3

@@ -22,7 +22,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
@@ -33,6 +33,10 @@ from shoal.client.future import ExecutorError, HeadLost, ShoalFuture, deliver, w
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
 from shoal.transport.session import PeerSession, secure_client, server_key
+
+if TYPE_CHECKING:
+    from shoal.launch.allocation import Allocation
+    from shoal.launch.launchers import Launcher
 
 __all__ = ["AgentInfo", "Executor", "ExecutorError", "HeadLost"]
 
@@ -79,6 +83,14 @@ class Executor(cf.Executor):
     :param journal: SQLite file of the local head's journal: a rerun of the same program
         skips the tasks it finished and takes their results from it (every task gets a
         key, see :mod:`shoal.transport.keys`); the head's ``--journal`` in connect mode.
+    :param allocation: the nodes to run on (``shoal.launch.allocation.Allocation``): one
+        agent per node, the head here (docs/cluster.md). Default: the batch allocation this
+        process runs in, discovered (``discover()``), else the local default; ``False``:
+        the local default even inside an allocation.
+    :param launcher: how agents start on the nodes (``"srun"``, ``"mpirun"``, ``"pbsdsh"``,
+        ``"ssh"``, ``"local"`` or a ``Launcher``); default: the allocation kind's.
+    :param interface: network interface whose address the head listens on (default: this
+        host's name resolved, else its default route's address).
     """
 
     def __init__(
@@ -95,6 +107,9 @@ class Executor(cf.Executor):
         heartbeat_timeout: float | None = None,
         crash_limit: int | None = None,
         journal: str | os.PathLike[str] | None = None,
+        allocation: Allocation | bool | None = None,
+        launcher: Launcher | str | None = None,
+        interface: str | None = None,
     ) -> None:
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, not {schedule!r}")
@@ -118,14 +133,18 @@ class Executor(cf.Executor):
             if given:
                 raise ValueError(f"{', '.join(given)} set the head's policy: with connect=, give them "
                                  "to `shoal head` (--heartbeat-timeout, --crash-limit, --journal)")
+            if allocation or launcher is not None or interface is not None:
+                raise ValueError("allocation=, launcher= and interface= start agents: with "
+                                 "connect=, the head's agents are started by hand")
         self._static = schedule == "static"
         self._cluster = None
-        if connect is None:
-            from shoal.launch.local import LocalCluster
+        if connect is None:  # the local default, or the whole allocation this runs in
+            from shoal.launch.local import start_runtime
 
-            self._cluster = LocalCluster(workers=workers, slots=slots, prefetch=prefetch,
-                                         heartbeat_timeout=heartbeat_timeout,
-                                         crash_limit=crash_limit, journal=journal)
+            self._cluster = start_runtime(
+                workers=workers, slots=slots, prefetch=prefetch,
+                heartbeat_timeout=heartbeat_timeout, crash_limit=crash_limit,
+                journal=journal, allocation=allocation, launcher=launcher, interface=interface)
             conn = self._cluster.connection
             self._slots = self._cluster.slots
         else:

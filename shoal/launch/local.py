@@ -16,8 +16,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from shoal.transport.connfile import Connection
+
+if TYPE_CHECKING:
+    from shoal.launch.allocation import Allocation
+    from shoal.launch.launchers import Launcher
 
 EXIT_HEAD_LOST = 3  # the agent's exit status when it lost its head (shoal.agent.headlink)
 
@@ -148,6 +154,40 @@ class LocalCluster:
             os.close(fd)
         self._pidfds = {}
         shutil.rmtree(self.rundir, ignore_errors=True)
+
+
+def start_runtime(*, workers: int | None = None, slots: int | None = None, prefetch: int = 1,
+                  heartbeat_timeout: float | None = None, crash_limit: int | None = None,
+                  journal: str | None = None, allocation: Allocation | bool | None = None,
+                  launcher: Launcher | str | None = None, interface: str | None = None,
+                  env: Mapping[str, str] | None = None) -> Any:
+    """The runtime an ``Executor()`` without ``connect=`` starts: a
+    ``shoal.launch.cluster.AllocationCluster`` over ``allocation`` (None: the one
+    discovered, when this process owns it: not inside a Slurm job step, nor a task of
+    an agent started by a launcher, ``SHOAL_NODE``), else the embedded
+    :class:`LocalCluster`. ``allocation=False`` forces the local default. (Here, not in shoal.launch.cluster, so that the local
+    default imports nothing of the cluster path.)"""
+    env = os.environ if env is None else env
+    owner = not env.get("SLURM_STEP_ID") and not env.get("SHOAL_NODE")  # not a task's
+    if allocation is None and (launcher is not None or interface is not None or owner):
+        from shoal.launch.allocation import discover
+
+        allocation = discover(env)
+    if allocation is not None and allocation is not False and allocation is not True:
+        from shoal.launch.cluster import AllocationCluster
+
+        return AllocationCluster(allocation, launcher, interface=interface, workers=workers,
+                                 slots=slots, prefetch=prefetch,
+                                 heartbeat_timeout=heartbeat_timeout, crash_limit=crash_limit,
+                                 journal=journal)
+    if launcher is not None or interface is not None:
+        from shoal.launch.cluster import ClusterError
+
+        raise ClusterError("launcher= and interface= need an allocation: none was discovered "
+                           "(run inside a batch job, or give --hosts/--hostfile)")
+    return LocalCluster(workers=workers, slots=slots, prefetch=prefetch,
+                        heartbeat_timeout=heartbeat_timeout, crash_limit=crash_limit,
+                        journal=journal)
 
 
 def _status(rc: int) -> str:
