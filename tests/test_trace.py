@@ -192,13 +192,13 @@ def test_a_lost_agent_gives_a_lost_attempt_then_a_retry(tmp_path: Path) -> None:
     c = Cluster(tmp_path, "--trace", str(path), "--heartbeat-timeout", "1")
     try:
         c.agent("a1")
-        c.agent("a2")
         with Executor(connect=str(c.connfile)) as ex:
+            c.wait_agents(ex, 1)
+            f = ex.submit(nap, 2.0)  # runs on a1, the only agent
+            c.agent("a2")
             c.wait_agents(ex, 2)
-            f = ex.options(prefer="a1").submit(nap, 1.0)
-            time.sleep(0.6)  # running on a1
             os.killpg(c.agents["a1"].pid, signal.SIGKILL)
-            assert f.result(30) == 1.0
+            assert f.result(30) == 2.0
             assert f.agent == "a2"
     finally:
         c.stop()
@@ -305,3 +305,33 @@ def test_a_torn_last_write_and_appended_runs(tmp_path: Path) -> None:
     Path(path).write_bytes(data[:-3])  # a head killed in the middle of a write
     t = trace.read(path)
     assert t.truncated and t.ended is None
+
+
+def test_cancelled_timed_out_and_dependent_tasks(tmp_path: Path) -> None:
+    path = tmp_path / "ends.trace"
+    c = Cluster(tmp_path, "--trace", str(path))
+    try:
+        c.agent("a1")
+        with Executor(connect=str(c.connfile)) as ex:
+            c.wait_agents(ex, 1)
+            slow = ex.options(timeout=0.3).submit(nap, 5.0)   # runs, killed at 0.3 s
+            queued = [ex.submit(nap, 5.0) for _ in range(4)]  # some on the agent, some not
+            time.sleep(0.1)
+            assert all(f.cancel() for f in queued)
+            bad = ex.submit(boom, 1)
+            child = ex.options(after=[bad]).submit(add, 1, 2)  # never runs
+            for f in (slow, bad, child):
+                with pytest.raises(Exception):  # noqa: B017 - each fails its own way
+                    f.result(30)
+    finally:
+        c.stop()
+    s = trace.summary(path)
+    by_tid = {a.tid: a for a in trace.read(path).attempts}
+    assert by_tid[slow.tid].status == "timeout" and by_tid[slow.tid].started is not None
+    assert {by_tid[f.tid].status for f in queued} == {"cancelled"}
+    assert all(by_tid[f.tid].started is None for f in queued)
+    assert (by_tid[bad.tid].attempt, by_tid[bad.tid].status) == (1, "error")
+    dep = by_tid[child.tid]
+    assert (dep.attempt, dep.status, dep.agent, dep.dispatched) == (0, "depfail", None, None)
+    assert "dependency" in (dep.note or "")
+    assert (s["tasks"], s["ok"], s["failed"], s["cancelled"]) == (7, 0, 3, 4)

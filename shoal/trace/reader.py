@@ -59,8 +59,12 @@ class Attempt(NamedTuple):
 
     @property
     def failed(self) -> bool:
-        """The attempt did not succeed (an error, a loss, a time-out, a non-zero exit)."""
-        return self.status != "ok" or (self.note or "").startswith("exit ")
+        """The attempt failed: an error, a loss, a time-out, a failed dependency, given up
+        by the head (revoked), a command's non-zero exit. Cancelled, handed back (returned)
+        and unfinished attempts did not fail."""
+        if self.status == "ok":
+            return (self.note or "").startswith("exit ")
+        return self.status not in ("cancelled", "returned", "unfinished")
 
     @property
     def core_count(self) -> int:

@@ -11,6 +11,9 @@ Definitions (all over one head run; see docs/trace.md):
   agent's queue and hand-over, a worker's queue or the process spawn).
 - head latency: ``dispatched - submitted`` of first attempts (queueing in the head,
   including waiting for a free slot).
+- phases: setup split at the agent's hand-over: ``to agent`` (dispatched -> launched: the
+  message, the agent's queue) and ``launch`` (launched -> started: a worker's queue, the
+  process spawn); ``return`` (ended -> received: the result's way back).
 """
 
 from __future__ import annotations
@@ -65,14 +68,15 @@ def summary(source: str | os.PathLike[str] | Trace, run: int = -1) -> dict[str, 
             final[a.tid] = a
     out["tasks"] = len(final)
     out["attempts"] = sum(count.values())
-    out["ok"] = sum(1 for a in final.values() if not a.failed)
+    out["ok"] = sum(1 for a in final.values() if a.status == "ok" and not a.failed)
     out["failed"] = sum(1 for a in final.values() if a.failed)
+    out["cancelled"] = sum(1 for a in final.values() if a.status == "cancelled")
     out["retried"] = sum(1 for n in count.values() if n > 1)
     failed_atts = [a for a in atts if a.attempt and a.failed]
     out["failed_attempts"] = len(failed_atts)
     if not atts:
         out.update(makespan_s=0.0, cores=None, gpus=None, setup_s=None, head_latency_s=None,
-                   agents=[], failures=[])
+                   phases_s=None, agents=[], failures=[])
         return out
     t0 = min(a.submitted for a in atts)
     t1 = max(a.received for a in atts)
@@ -82,7 +86,7 @@ def summary(source: str | os.PathLike[str] | Trace, run: int = -1) -> dict[str, 
     busy: dict[str | None, float] = defaultdict(float)
     busy_gpu: dict[str | None, float] = defaultdict(float)
     tasks_on: dict[str | None, int] = defaultdict(int)
-    setup, latency = [], []
+    setup, latency, to_agent, launch, back = [], [], [], [], []
     for a in atts:
         if a.agent is not None and a.attempt:
             tasks_on[a.agent] += 1
@@ -95,6 +99,13 @@ def summary(source: str | os.PathLike[str] | Trace, run: int = -1) -> dict[str, 
             setup.append(a.started - a.dispatched)
         if a.attempt == 1 and a.dispatched is not None:
             latency.append(a.dispatched - a.submitted)
+        if a.launched is not None:
+            if a.dispatched is not None:
+                to_agent.append(a.launched - a.dispatched)
+            if a.started is not None:
+                launch.append(a.started - a.launched)
+        if a.ended is not None:
+            back.append(a.received - a.ended)
     slot_s = gpu_s = 0.0
     agents = []
     by_name: dict[str, dict[str, Any]] = {}
@@ -123,6 +134,8 @@ def summary(source: str | os.PathLike[str] | Trace, run: int = -1) -> dict[str, 
                    if gpu_s or busy_gpu else None)
     out["setup_s"] = percentiles(setup)
     out["head_latency_s"] = percentiles(latency)
+    out["phases_s"] = {"to_agent": percentiles(to_agent), "launch": percentiles(launch),
+                       "return": percentiles(back)}
     out["agents"] = agents
     out["failures"] = [
         {"tid": a.tid, "attempt": a.attempt, "name": a.name, "agent": a.agent,
@@ -149,7 +162,8 @@ def format_text(s: dict[str, Any]) -> str:
     state = "ended" if s.get("ended") else "no end record (killed, or still running)"
     lines = [f"trace {s['path']}: run {s['run']} of {s['runs']}, started {when}, {state}"
              + (", last record torn" if s.get("truncated") else "")]
-    lines.append(f"tasks      {s['tasks']} ({s['ok']} ok, {s['failed']} failed), "
+    cancelled = f", {s['cancelled']} cancelled" if s.get("cancelled") else ""
+    lines.append(f"tasks      {s['tasks']} ({s['ok']} ok, {s['failed']} failed{cancelled}), "
                  f"{s['attempts']} attempts, {s['retried']} tasks retried, "
                  f"{s['failed_attempts']} failed attempts")
     if not s["tasks"]:
@@ -166,6 +180,12 @@ def format_text(s: dict[str, Any]) -> str:
                      f"({g['busy_gpu_s']:.2f} busy GPU-s of {g['gpu_s']:.2f} GPU-s)")
     lines.append(f"setup      {_ms(s['setup_s'])}   (dispatched -> started)")
     lines.append(f"head       {_ms(s['head_latency_s'])}   (submitted -> dispatched)")
+    phases = s.get("phases_s") or {}
+    for key, label, what in (("to_agent", "to agent", "dispatched -> launched"),
+                             ("launch", "launch", "launched -> started"),
+                             ("return", "return", "ended -> received")):
+        if phases.get(key):
+            lines.append(f"{label:<11}{_ms(phases[key])}   ({what})")
     if s["agents"]:
         width = max(len(a["name"]) for a in s["agents"])
         lines.append(f"{'agent':<{width}}  {'node':<12}{'slots':>6}{'tasks':>9}{'busy':>8}")
