@@ -146,7 +146,7 @@ def test_one_row_per_attempt_in_order_on_the_right_agent(traced: dict[str, Any])
     naps = [by_tid[tid][0] for tid in traced["naps"]]
     assert {a.name for a in naps} == {f"{__name__}.nap"}
     assert all(a.kind == "py" and a.worker == 0 and a.cores == 1 for a in naps)
-    assert all(0.5 <= a.ended - a.started < 0.7 for a in naps)
+    assert all(0.5 <= a.ended - a.started < 1.5 for a in naps)
     cmd = by_tid[traced["cmd"]][0]
     assert (cmd.kind, cmd.name, cmd.worker) == ("cmd", "echo", None)
     assert {a.name for a in t.agents} == {"a1", "a2"}
@@ -314,7 +314,7 @@ def test_cancelled_timed_out_and_dependent_tasks(tmp_path: Path) -> None:
         c.agent("a1")
         with Executor(connect=str(c.connfile)) as ex:
             c.wait_agents(ex, 1)
-            slow = ex.options(timeout=0.3).submit(nap, 5.0)   # runs, killed at 0.3 s
+            slow = ex.options(timeout=1.0).submit(nap, 5.0)   # runs, killed at 1 s
             queued = [ex.submit(nap, 5.0) for _ in range(4)]  # some on the agent, some not
             time.sleep(0.1)
             assert all(f.cancel() for f in queued)
