@@ -295,11 +295,28 @@ def test_a_torn_last_write_and_appended_runs(tmp_path: Path) -> None:
     r.submitted([spec])
     r.funcs({5: "mod.fn"})
     r.resolved({b"c": [[spec[0], P.CANCELLED, b"", 0, None]]})
-    r.close({"completed": 1})
+    # an MPI command of 2 ranks led by agent "n1": where the head put its ranks
+    r.joined(b"n1", "agent", 7, {"slots": 2}, {"node": "node1", "gpus": 0, "memory": 0})
+    mpi = [1 << 32 | 2, P.CMD, 0, {"argv": ["/bin/sh", "-c", "mpi_hello x"]}, [], 1, -1, None,
+           {"ranks": 2}, 0, 1]
+    r.live = {mpi[0]: type("Task", (), {"spec": mpi, "agent": b"n1", "opts": mpi[8]})()}
+    r.submitted([mpi])
+    mpi[P.T_ATTEMPT] = 1
+    mpi[P.T_OPTS]["hosts"] = [["node1", 1, 1], ["node2", 1, 1]]
+    r.dispatched(b"n1", [mpi])
+    r.results(b"n1", [[mpi[0], P.OK, b"", 1, None, [1.0, 2.0, 3.0, None, None, None]]])
+    r.close({"completed": 2})
     t = trace.read(path)
     assert (t.run, t.runs) == (2, 2)
     assert [(a.attempt, a.status, a.name, a.agent) for a in t.attempts] == [
-        (0, "cancelled", "mod.fn", None)]
+        (0, "cancelled", "mod.fn", None), (1, "ok", "mpi_hello", "n1")]
+    m = t.attempts[1]
+    assert (m.ranks, m.core_count, m.node, m.hosts) == (2, 2, "node1",
+                                                        [["node1", 1, 1], ["node2", 1, 1]])
+    assert (m.launched, m.started, m.ended) == (1.0, 2.0, 3.0)
+    csv = subprocess.run([PY, "-m", "shoal", "trace", "--csv", path], env=ENV,
+                         capture_output=True, text=True, timeout=60)
+    assert csv.returncode == 0 and len(csv.stdout.splitlines()) == 3  # header + 2 attempts
     assert trace.read(path, run=1).attempts == []
     data = Path(path).read_bytes()
     Path(path).write_bytes(data[:-3])  # a head killed in the middle of a write

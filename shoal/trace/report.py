@@ -201,6 +201,30 @@ def format_text(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+CSV_FIELDS = ("tid", "attempt", "status", "kind", "name", "owner", "cores", "gpus", "ranks",
+              "agent", "node", "submitted", "dispatched", "launched", "started", "ended",
+              "received", "cpus", "gpu_ids", "worker", "note")
+_TIMES = ("submitted", "dispatched", "launched", "started", "ended", "received")
+
+
+def write_csv(trace: Trace, out: Any) -> None:
+    """Every attempt of ``trace`` as CSV (times in seconds from the run's header time)."""
+    import csv
+
+    t0 = trace.header.get("t") or 0.0
+    w = csv.writer(out)
+    w.writerow(CSV_FIELDS)
+    for a in trace.attempts:
+        row = a._asdict()
+        for k in _TIMES:
+            if row[k] is not None:
+                row[k] = f"{row[k] - t0:.6f}"
+        for k in ("cpus", "gpu_ids"):
+            if row[k] is not None:
+                row[k] = " ".join(map(str, row[k]))
+        w.writerow([row[k] for k in CSV_FIELDS])
+
+
 def main(argv: list[str] | None = None) -> int:
     """``shoal trace FILE [--json] [--run N]``: the report of a trace file."""
     ap = argparse.ArgumentParser(prog="shoal trace", description=__doc__.split("\n\n")[0])
@@ -211,12 +235,22 @@ def main(argv: list[str] | None = None) -> int:
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("file", help="a trace written by `shoal head --trace FILE` (or --trace)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
+    ap.add_argument("--csv", action="store_true",
+                    help="print every attempt instead, one CSV line each (times in seconds from "
+                         "the run's start)")
     ap.add_argument("--run", type=int, default=-1, metavar="N",
                     help="which head run of the file (1-based; default: the last)")
 
 
 def run(args: argparse.Namespace) -> int:
     try:
+        if getattr(args, "csv", False):
+            try:
+                write_csv(read(args.file, args.run), sys.stdout)
+                sys.stdout.flush()
+            except BrokenPipeError:  # `shoal trace --csv FILE | head`: not an error
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
         s = summary(args.file, args.run)
     except TraceError as exc:
         print(f"shoal trace: {exc}", file=sys.stderr)
