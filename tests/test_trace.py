@@ -352,3 +352,40 @@ def test_cancelled_timed_out_and_dependent_tasks(tmp_path: Path) -> None:
     assert (dep.attempt, dep.status, dep.agent, dep.dispatched) == (0, "depfail", None, None)
     assert "dependency" in (dep.note or "")
     assert (s["tasks"], s["ok"], s["failed"], s["cancelled"]) == (7, 0, 3, 4)
+
+
+def _welcome(connfile: Path) -> dict[str, Any]:
+    """What a head says to a peer that joins (a client's HELLO, answered by WELCOME)."""
+    import zmq
+
+    from shoal.transport.connfile import Connection
+    from shoal.transport.session import PeerSession, secure_client, server_key
+
+    conn = Connection.read(str(connfile))
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    try:
+        secure_client(sock, server_key(conn))
+        sock.connect(conn.address)
+        codec = PeerSession(conn.key)
+        sock.send_multipart(codec.encode([P.HELLO, "client", {"pid": os.getpid()}]))
+        assert sock.poll(20_000), "no WELCOME"
+        msg = codec.decode(*sock.recv_multipart())
+        assert msg[0] == P.WELCOME
+        sock.send_multipart(codec.encode([P.BYE, "done"]))
+        return msg[1]
+    finally:
+        sock.close(linger=500)
+        ctx.term()
+
+
+def test_welcome_says_whether_the_head_traces(tmp_path: Path) -> None:
+    """Agents attach times only when WELCOME says so (the agent's side: the test above)."""
+    for flags, traced in (((), False), (("--trace", str(tmp_path / "w.trace")), True)):
+        (tmp_path / "run.json").unlink(missing_ok=True)
+        c = Cluster(tmp_path, *flags)
+        try:
+            assert _welcome(c.connfile)["trace"] is traced
+        finally:
+            c.stop()
+    assert [p.name for p in tmp_path.glob("*.trace")] == ["w.trace"]
