@@ -137,7 +137,18 @@ def main() -> int:
     ap.add_argument("--w2", type=int, default=2_000, help="W2 commands (default 2000)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--only", choices=("W1", "W2"), help="run one workload")
+    ap.add_argument("--off-only", action="store_true",
+                    help="run only the cells without a trace, and print their times (to compare "
+                         "two checkouts: trace off against a shoal without the trace code)")
     args = ap.parse_args()
+    if args.off_only:
+        for name, n in (("W1", args.w1), ("W2", args.w2)):
+            if args.only in (None, name):
+                for _ in range(args.reps):
+                    dt, _, h, a, c = cell(name, n, False)
+                    print(f"{name} off {dt:.3f} s head {h:.1f} agent {a:.1f} client {c:.1f} us/task",
+                          flush=True)
+        return 0
     cells = [(k, n) for k, n in (("W1", args.w1), ("W2", args.w2)) if args.only in (None, k)]
     times: dict[tuple[str, str], list[float]] = {}
     cpus: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
