@@ -134,6 +134,8 @@ class Recorder:
 
     def __init__(self, path: str, run_id: str = "") -> None:
         self.path = path
+        if os.path.isdir(path):
+            raise TraceError(f"--trace {path!r}: a directory, not a file")
         try:
             size = os.path.getsize(path)
         except FileNotFoundError:
