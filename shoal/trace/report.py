@@ -144,6 +144,32 @@ def summary(source: str | os.PathLike[str] | Trace, run: int = -1) -> dict[str, 
     return out
 
 
+def brief(path: str | os.PathLike[str]) -> list[str]:
+    """A few lines on the last run of the trace at ``path``, for the end of ``shoal run``
+    (utilization, setup and head latency, the agents); one line saying why when it cannot
+    be read."""
+    try:
+        s = summary(path)
+    except TraceError as exc:
+        return [f"trace: {exc}"]
+    if not s["tasks"]:
+        return [f"trace {s['path']}: no tasks"]
+    c = s["cores"] or {}
+    p = s["setup_s"] or {}
+    h = s["head_latency_s"] or {}
+    lines = [f"trace {s['path']}: cores {_pct(c.get('utilization'))} busy over "
+             f"{s['makespan_s']:.2f} s; setup p50 {p.get('p50', 0) * 1e3:.2f} ms, "
+             f"p90 {p.get('p90', 0) * 1e3:.2f} ms; head p50 {h.get('p50', 0) * 1e3:.2f} ms"]
+    if s["gpus"]:
+        lines.append(f"  gpus {_pct(s['gpus']['utilization'])} busy")
+    for a in s["agents"][:16]:
+        lines.append(f"  {a['name']} ({a['node']}, {a['slots']} slots): {a['tasks']} attempts, "
+                     f"{_pct(a['busy_fraction'])} busy")
+    if len(s["agents"]) > 16:
+        lines.append(f"  ... and {len(s['agents']) - 16} more agents (shoal trace {s['path']})")
+    return lines
+
+
 def _ms(p: dict[str, float] | None) -> str:
     if not p:
         return "-"
