@@ -230,8 +230,9 @@ def test_agent_attaches_times_only_when_the_head_asks(tmp_path: Path) -> None:
         two = head.cmd(["/bin/sh", "-c", "echo $CUDA_VISIBLE_DEVICES"], opts={"gpus": 1})
         two[P.T_CORES] = 2
         before = time.time()
-        py, cmd, gpu = head.give(ident, head.py(add, 1, 2), head.cmd(["/bin/true"]), two)
-        got = head.results({py, cmd, gpu})
+        py, cmd, gpu, pygpu = head.give(ident, head.py(add, 1, 2), head.cmd(["/bin/true"]), two,
+                                        head.py(add, 2, 3, opts={"gpus": 1}))
+        got = head.results({py, cmd, gpu, pygpu})
         after = time.time()
         for tid, item in got.items():
             assert len(item) == 6 and item[P.R_STATUS] == P.OK, item
@@ -241,6 +242,7 @@ def test_agent_attaches_times_only_when_the_head_asks(tmp_path: Path) -> None:
         assert got[cmd][5][5] is None
         visible = pickle_loads(got[gpu][2]).stdout.decode().strip()
         assert got[gpu][5][4] == [visible]  # the GPU id the command saw
+        assert len(got[pygpu][5][4]) == 1 and got[pygpu][5][5] in (0, 1)  # its device, worker
         cpus = got[gpu][5][3]
         assert cpus is None or len(cpus) == 2  # bound to 2 CPUs where binding applies
     finally:

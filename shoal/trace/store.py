@@ -85,7 +85,7 @@ STATUS_NAMES = {0: "ok", 1: "error", 2: "cancelled", 3: "depfail", 4: "lost", 5:
 # needs no runtime)
 _T_KIND, _T_PAYLOAD, _T_OPTS, _T_ATTEMPT, _T_OWNER = 1, 3, 8, 9, 10
 _CMD = 2
-_OK, _CANCELLED, _LOST = 0, 2, 4
+_CANCELLED, _LOST = 2, 4
 _packb = msgpack.Packer(use_bin_type=True).pack
 _first, _second, _fourth, _fifth = (itemgetter(i) for i in (0, 1, 3, 4))
 _col_owner, _col_kind, _col_fid, _col_cores, _col_opts = (itemgetter(i) for i in (10, 1, 2, 5, 8))
