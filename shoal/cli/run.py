@@ -4,6 +4,11 @@ Lines run with ``/bin/sh -c`` (as GNU parallel and HyperQueue do); blank lines a
 comments are skipped; a line ending in a backslash continues on the next. A line that
 cannot be a shell command (unbalanced quotes, NUL bytes, undecodable bytes) is reported
 with its line number and does not stop the others.
+
+A comment ``#shoal: cores=4 gpus=1 memory=2G`` (or ``ranks=8 nodes=2``, ``exclusive``) on
+the line(s) before a command gives that command its resources (the file stays a valid sh
+script); see docs/resources.md. A directive with an unknown key or a bad value is
+reported with its line number, and the command it names is not run.
 """
 
 from __future__ import annotations
@@ -14,14 +19,19 @@ import re
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from shoal.client import options as O
 
 
 @dataclass
 class Line:
     number: int     # first line of the command in the file (1-based)
     text: str
+    # from ``#shoal:`` directives: keywords of Executor.options (cores, gpus, memory in
+    # bytes, ranks, nodes, exclusive); empty: the defaults and --cores/--gpus-per-task
+    resources: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -30,10 +40,50 @@ class BadLine:
     error: str
 
 
+# ``#shoal: key=value ...``: resources of the next command. "# shoal:" is taken too (a
+# directive that silently did nothing would run the command with the wrong resources).
+_DIRECTIVE = re.compile(r"\s*#\s*shoal:(.*)", re.DOTALL)
+_FLAG_VALUES = {"": True, "true": True, "yes": True, "1": True,
+                "false": False, "no": False, "0": False}
+
+
+def parse_directive(text: str, into: dict[str, Any]) -> str | None:
+    """Add the ``key=value`` words of one directive's text to ``into``; the reason it is
+    invalid (then ``into`` may hold part of it), or None."""
+    for word in text.split():
+        key, eq, value = word.partition("=")
+        if key not in O.RESOURCE_KEYS:
+            return f"unknown resource {key!r} (known: {', '.join(O.RESOURCE_KEYS)})"
+        if key in into:
+            return f"{key} given twice for the same command"
+        try:
+            if key == "exclusive":
+                if value.lower() not in _FLAG_VALUES:
+                    raise ValueError(f"exclusive takes no value (or true/false), not {value!r}")
+                into[key] = _FLAG_VALUES[value.lower()]
+            elif not eq or not value:
+                raise ValueError(f"{key} needs a value ({key}=N)")
+            elif key == "memory":
+                into[key] = O.memory_value(value)
+            else:
+                try:
+                    n = int(value)
+                except ValueError:
+                    n = value  # count_value names it
+                into[key] = O.count_value(n, key)
+        except ValueError as exc:
+            return str(exc)
+    return None
+
+
 def parse_taskfile(data: bytes, source: str = "-") -> Iterator[Line | BadLine]:
-    """Commands of a task file, in order, with their line numbers."""
+    """Commands of a task file, in order, with their line numbers (and ``#shoal:``
+    directives' resources)."""
     pending: list[str] = []
     start = 0
+    resources: dict[str, Any] = {}
+    directive_at = 0                   # line of the first directive of the next command
+    directive_error: BadLine | None = None
     for number, raw in enumerate(data.split(b"\n"), 1):
         raw = raw.rstrip(b"\r")
         try:
@@ -41,11 +91,22 @@ def parse_taskfile(data: bytes, source: str = "-") -> Iterator[Line | BadLine]:
         except UnicodeDecodeError as exc:
             yield BadLine(number, f"{source}:{number}: not valid UTF-8 ({exc.reason} at byte {exc.start})")
             pending = []
+            # a directive before it was meant for it: not for the next command
+            resources, directive_at, directive_error = {}, 0, None
             continue
         if not pending:
             start = number
             stripped = text.strip()
-            if not stripped or stripped.startswith("#"):
+            if stripped.startswith("#"):
+                d = _DIRECTIVE.fullmatch(text)
+                if d is not None:
+                    directive_at = directive_at or number
+                    if directive_error is None:
+                        problem = parse_directive(d.group(1), resources)
+                        if problem is not None:
+                            directive_error = BadLine(number, f"{source}:{number}: #shoal: {problem}")
+                continue
+            if not stripped:
                 continue
         if text.endswith("\\") and not text.endswith("\\\\"):
             pending.append(text[:-1])
@@ -53,6 +114,18 @@ def parse_taskfile(data: bytes, source: str = "-") -> Iterator[Line | BadLine]:
         pending.append(text)
         command = "".join(pending)  # backslash-newline joins, as in sh
         pending = []
+        res, resources, bad_directive, directive_error = resources, {}, directive_error, None
+        if directive_at and bad_directive is None:
+            try:  # what only the whole set can say (nodes without ranks, ...)
+                O.resource_opts(res.get("gpus"), res.get("memory"), res.get("ranks"),
+                                res.get("nodes"), res.get("exclusive", False))
+            except ValueError as exc:
+                bad_directive = BadLine(directive_at, f"{source}:{directive_at}: #shoal: {exc}")
+        directive_at = 0
+        if bad_directive is not None:
+            yield BadLine(bad_directive.number,
+                          f"{bad_directive.error}; the command on line {start} is not run")
+            continue
         if "\x00" in command:
             yield BadLine(start, f"{source}:{start}: contains a NUL byte")
             continue
@@ -60,9 +133,12 @@ def parse_taskfile(data: bytes, source: str = "-") -> Iterator[Line | BadLine]:
         if problem is not None:
             yield BadLine(start, f"{source}:{start}: cannot parse: {problem}")
             continue
-        yield Line(start, command.strip())
+        yield Line(start, command.strip(), res)
     if pending:
         yield BadLine(start, f"{source}:{start}: file ends inside a line continuation")
+    elif directive_at:
+        yield BadLine(directive_at, f"{source}:{directive_at}: #shoal: directive before no command "
+                                    "(it applies to the next command line)")
 
 
 # What ``shlex.split(text, comments=True)`` accepts, as one regular expression. shlex
@@ -105,7 +181,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-j", "--slots", type=int, default=None,
                    help="cores to use on the local agent (default: all cores; in an allocation: at most N per node)")
     p.add_argument("--cores-per-task", type=int, default=1, metavar="N",
-                   help="cores each command occupies (default 1)")
+                   help="cores each command occupies (default 1; a '#shoal: cores=N' line "
+                        "before a command sets its own)")
+    p.add_argument("--gpus-per-task", type=int, default=None, metavar="N",
+                   help="GPUs each command occupies (default none; '#shoal: gpus=N' sets one "
+                        "command's)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--output-dir", metavar="DIR",
                      help="write each command's stdout/stderr to DIR/LINE.out and DIR/LINE.err")
@@ -143,6 +223,9 @@ def run_command(args: argparse.Namespace) -> int:
         return 2
     if args.cores_per_task < 1:
         _say("--cores-per-task must be at least 1")
+        return 2
+    if args.gpus_per_task is not None and args.gpus_per_task < 1:
+        _say(f"--gpus-per-task must be at least 1, not {args.gpus_per_task}")
         return 2
     if args.slots is not None and args.slots < 1:
         _say("-j/--slots must be at least 1")
@@ -205,6 +288,7 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine], er
     failed: list[tuple[Line, str]] = []
     ok = 0
     by_future: dict[Any, Line] = {}
+    per_task = {} if args.gpus_per_task is None else {"gpus": args.gpus_per_task}
     try:
         for line in lines:
             if args.output_dir:
@@ -216,9 +300,12 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine], er
                 stdout = stderr = "devnull"
             else:
                 stdout = stderr = "capture"
-            cmd = Command(line.text, stdout=stdout, stderr=stderr, cores=args.cores_per_task)
+            res = {"cores": args.cores_per_task, **per_task, **line.resources}
+            cmd = Command(line.text, stdout=stdout, stderr=stderr, cores=res["cores"])
             if ex.journal_keys:  # the line's identity in the journal: its number and text
-                by_future[ex.options(key=line_key(line.number, line.text)).submit(cmd)] = line
+                res["key"] = line_key(line.number, line.text)
+            if len(res) > 1:
+                by_future[ex.options(**res).submit(cmd)] = line
             else:
                 by_future[ex.submit(cmd)] = line
         progress = Progress(

@@ -56,6 +56,9 @@ class AgentInfo:
     host: str
     slots: int
     pid: int = 0
+    gpus: int = 0     # GPUs it offers
+    memory: int = 0   # bytes it offers (0: memory is not counted there)
+    node: str = ""    # the node name launchers use (Slurm's node name, else the host name)
 
 
 class Executor(cf.Executor):
@@ -91,6 +94,14 @@ class Executor(cf.Executor):
         ``"ssh"``, ``"local"`` or a ``Launcher``); default: the allocation kind's.
     :param interface: network interface whose address the head listens on (default: this
         host's name resolved, else its default route's address).
+    :param gpus: GPUs the local default's agent offers (its ``--gpus``; default: those it
+        detects); ``shoal agent --gpus`` in connect mode; in an allocation each node's
+        agent finds the job's. See docs/resources.md.
+    :param memory: memory the local default's agent offers, in bytes or as ``"64G"`` (its
+        ``--memory``; default: not counted); ``shoal agent --memory`` in connect mode.
+    :param min_agents: wait (up to ``start_timeout``) until this many agents have joined
+        before returning, so the first tasks spread over all of them (see
+        :meth:`wait_for_agents`).
     """
 
     def __init__(
@@ -110,6 +121,9 @@ class Executor(cf.Executor):
         allocation: Allocation | bool | None = None,
         launcher: Launcher | str | None = None,
         interface: str | None = None,
+        gpus: int | None = None,
+        memory: int | str | None = None,
+        min_agents: int | None = None,
     ) -> None:
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, not {schedule!r}")
@@ -136,6 +150,15 @@ class Executor(cf.Executor):
             if allocation or launcher is not None or interface is not None:
                 raise ValueError("allocation=, launcher= and interface= start agents: with "
                                  "connect=, the head's agents are started by hand")
+            if gpus is not None or memory is not None:
+                raise ValueError("gpus= and memory= describe the local agent: with connect=, give "
+                                 "them to each `shoal agent` (--gpus, --memory)")
+        if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
+            raise ValueError(f"gpus must be an int >= 0, not {gpus!r}")
+        if memory is not None:
+            memory = O.memory_value(memory)
+        if min_agents is not None:
+            O.count_value(min_agents, "min_agents")
         self._static = schedule == "static"
         self._cluster = None
         if connect is None:  # the local default, or the whole allocation this runs in
@@ -144,7 +167,8 @@ class Executor(cf.Executor):
             self._cluster = start_runtime(
                 workers=workers, slots=slots, prefetch=prefetch,
                 heartbeat_timeout=heartbeat_timeout, crash_limit=crash_limit,
-                journal=journal, allocation=allocation, launcher=launcher, interface=interface)
+                journal=journal, allocation=allocation, launcher=launcher, interface=interface,
+                gpus=gpus, memory=memory)
             conn = self._cluster.connection
             self._slots = self._cluster.slots
         else:
@@ -192,6 +216,17 @@ class Executor(cf.Executor):
             self._terminate()
             raise self._error
         _live.add(self)
+        if min_agents is not None:
+            from shoal.launch.local import LocalCluster
+
+            try:
+                if isinstance(self._cluster, LocalCluster) and min_agents > 1:
+                    raise ValueError(f"min_agents={min_agents}: the local default has one agent "
+                                     "(give connect= to join a head with more)")
+                self.wait_for_agents(min_agents, timeout=start_timeout)
+            except BaseException:
+                self._terminate()
+                raise
 
     # ---- public API ---------------------------------------------------------------------
     def submit(self, fn: Callable[..., Any] | Command, /, *args: Any, **kwargs: Any) -> ShoalFuture:
@@ -223,6 +258,11 @@ class Executor(cf.Executor):
         retry_on: type[BaseException] | Sequence[type[BaseException]] | None = None,
         timeout: float | None = None,
         key: str | None = None,
+        gpus: int | None = None,
+        memory: int | str | None = None,
+        ranks: int | None = None,
+        nodes: int | None = None,
+        exclusive: bool = False,
     ) -> _Options:
         """Submit with options: ``ex.options(after=[f1, f2], cores=2).submit(fn, x)``.
 
@@ -240,6 +280,17 @@ class Executor(cf.Executor):
         ``task_timeout``); past it the attempt is killed and fails with :class:`TaskTimeout`.
         ``key``: the task's identity in the journal (default: derived from the call, see
         :mod:`shoal.transport.keys`); give it to ``submit``, it names one task.
+
+        Resources (docs/resources.md); a task runs only on an agent that can hold all of
+        them at once, and a request no agent can ever hold fails at submission:
+        ``cores``: cores the task occupies (per rank for an MPI task); the agent binds it
+        to them and sets ``OMP_NUM_THREADS``.
+        ``gpus``: GPUs (per rank); the task sees only its own (``CUDA_VISIBLE_DEVICES``...).
+        ``memory``: bytes, or a size such as ``"512M"``, ``"4G"``, ``"1.5GiB"`` (per rank).
+        ``ranks``: run a :class:`Command` as an MPI job of that many ranks (mpirun or srun
+        over exactly the hosts and slots shoal reserves for it, all at once).
+        ``nodes``: with ``ranks``, spread the ranks over exactly that many agents.
+        ``exclusive``: the task's agent(s) run nothing else meanwhile.
         """
         if agent is not None and prefer is not None:
             raise ValueError("give agent= or prefer=, not both")
@@ -252,7 +303,10 @@ class Executor(cf.Executor):
         )
         if key is not None:
             O.task_opts(None, None, None, key)  # validates
-        return _Options(self, tuple(after), cores, place, opts, key)
+        res = O.resource_opts(gpus, memory, ranks, nodes, exclusive)
+        if res:
+            opts = {**opts, **res} if opts else res
+        return _Options(self, tuple(after), cores, place, opts, key, ranks is not None)
 
     def agents(self, timeout: float = 10.0) -> list[AgentInfo]:
         """The agents connected to the head now (one per node), in the order they joined."""
@@ -260,7 +314,35 @@ class Executor(cf.Executor):
         with self._lock:
             for a in infos:
                 self._agent_names[a["num"]] = a["name"]
-        return [AgentInfo(a["name"], a["host"], a["slots"], a["pid"]) for a in infos]
+        return [AgentInfo(a["name"], a["host"], a["slots"], a["pid"], int(a.get("gpus") or 0),
+                          int(a.get("memory") or 0), str(a.get("node") or a["host"]))
+                for a in infos]
+
+    def wait_for_agents(self, n: int, timeout: float | None = None) -> list[AgentInfo]:
+        """Wait until at least ``n`` agents are connected; returns them (see :meth:`agents`).
+
+        Call it before submitting when agents start alongside the program (e.g. one per
+        node of an allocation), so the first tasks are not all sent to the first agent.
+        Raises :class:`TimeoutError` after ``timeout`` seconds (None: wait for ever),
+        saying how many joined and which.
+        """
+        O.count_value(n, "n")
+        if timeout is not None:
+            O.timeout_value(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.02
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            found = self.agents(timeout=10.0 if left is None else max(0.5, min(10.0, left)))
+            if len(found) >= n:
+                return found
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                who = ", ".join(f"{a.name} on {a.node or a.host}" for a in found) or "none"
+                raise TimeoutError(f"waited {timeout:g} s for {n} agent{'s' * (n != 1)} at "
+                                   f"{self._conn.address}: {len(found)} joined ({who})")
+            time.sleep(pause if left is None else min(pause, left))
+            pause = min(0.25, pause * 2)
 
     def _agent_name(self, num: int) -> str | None:
         name = self._agent_names.get(num)
@@ -614,14 +696,18 @@ class _Options:
 
     def __init__(self, ex: Any, after: tuple[cf.Future, ...], cores: int,
                  place: list[Any] | None = None, opts: dict[str, Any] | None = None,
-                 key: str | None = None) -> None:
+                 key: str | None = None, mpi: bool = False) -> None:
         if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
             raise ValueError(f"cores must be an int >= 1, not {cores!r}")
         self._ex, self._after, self._cores, self._place = ex, after, cores, place
-        self._opts, self._key = opts, key
+        self._opts, self._key, self._mpi = opts, key, mpi
 
     def submit(self, fn: Callable[..., Any] | Command, /, *args: Any, **kwargs: Any) -> ShoalFuture:
         """Like :meth:`Executor.submit`, with these options."""
+        if self._mpi and not isinstance(fn, Command):
+            raise ValueError(f"ranks= runs a Command through MPI (mpirun/srun launch a program), "
+                             f"not a Python function ({getattr(fn, '__qualname__', fn)!r}): "
+                             "submit Command([...]) instead")
         if isinstance(fn, Command) and self._cores != 1 and fn.cores == 1:
             fn = dataclasses.replace(fn, cores=self._cores)
         return self._ex._submit(fn, args, kwargs, self._after, self._cores, self._place,
@@ -632,6 +718,9 @@ class _Options:
         """Like :meth:`Executor.map`, with these options (not ``key``: it names one task)."""
         if self._key is not None:
             raise ValueError("options(key=...) names one task: use it with submit, not map")
+        if self._mpi:
+            raise ValueError("ranks= runs a Command through MPI: use it with submit(Command(...)), "
+                             "not map")
         return self._ex._map(fn, iterables, timeout, chunksize, self._after, self._cores,
                              self._place, self._opts)
 

@@ -1,8 +1,11 @@
-"""Per-task failure options (retries, time limit, journal key) as they travel in a TASK.
+"""Per-task options (retries, time limit, journal key, resources) as they travel in a TASK.
 
 ``task_opts`` validates what a caller gives and returns the ``opts`` field of the task
 tuple (see :mod:`shoal.transport.protocol`): a dict with only the keys that differ from
 the head's defaults, or None, so a million plain tasks carry nothing extra.
+``resource_opts`` does the same for resource requests other than cores (GPUs, memory,
+MPI ranks and nodes, exclusive use; docs/resources.md); cores travel in the task's own
+``cores`` field.
 
 Journal keys: the rule lives in :mod:`shoal.transport.keys` (the head derives them).
 """
@@ -11,6 +14,8 @@ from __future__ import annotations
 
 import math
 from typing import Any
+
+from shoal.agent.limits import parse_size
 
 
 def retries_value(value: Any, what: str = "retries") -> int:
@@ -56,3 +61,60 @@ def task_opts(retries: int | None, retry_on: Any, timeout: float | None,
             raise ValueError(f"key must be a non-empty str, not {key!r}")
         opts["key"] = key
     return opts or None
+
+
+# Resource requests (the RESOURCE CONTRACT of issue 11): names as they travel in opts.
+RESOURCE_KEYS = ("cores", "gpus", "memory", "ranks", "nodes", "exclusive")
+
+def count_value(value: Any, what: str) -> int:
+    """``value`` as a count of cores, GPUs, ranks or nodes (an int >= 1), or a ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{what} must be an int >= 1, not {value!r}")
+    return value
+
+
+def memory_value(value: Any, what: str = "memory") -> int:
+    """``value`` as bytes: an int >= 1, or a string such as ``"512M"``, ``"4G"``,
+    ``"1.5GiB"`` (K/M/G/T and KiB/MiB/... are powers of 1024, KB/MB/... of 1000)."""
+    if isinstance(value, str):
+        try:
+            size = parse_size(value)  # the agents' --max-output sizes: one syntax everywhere
+        except ValueError:
+            size = None
+        if size is None or size < 1:
+            raise ValueError(f"{what} must be bytes or a size such as '512M', '4G', '1.5GiB', "
+                             f"not {value!r}")
+        return size
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{what} must be an int >= 1 (bytes) or a size such as '4G', "
+                         f"not {value!r}")
+    return value
+
+
+def resource_opts(gpus: int | None = None, memory: int | str | None = None,
+                  ranks: int | None = None, nodes: int | None = None,
+                  exclusive: bool = False) -> dict[str, Any]:
+    """The resource keys of a TASK's ``opts``, validated: only those asked for.
+
+    ``gpus`` and ``memory`` are per task (per rank for an MPI task); ``ranks`` makes an MPI
+    task; ``nodes`` (only with ``ranks``) spreads its ranks over exactly that many agents.
+    """
+    res: dict[str, Any] = {}
+    if gpus is not None:
+        res["gpus"] = count_value(gpus, "gpus")
+    if memory is not None:
+        res["memory"] = memory_value(memory)
+    if ranks is not None:
+        res["ranks"] = count_value(ranks, "ranks")
+    if nodes is not None:
+        nodes = count_value(nodes, "nodes")
+        if ranks is None:
+            raise ValueError(f"nodes={nodes} needs ranks=: nodes spread the ranks of an MPI task")
+        if nodes > ranks:
+            raise ValueError(f"nodes={nodes} with ranks={ranks}: every node needs at least one rank")
+        res["nodes"] = nodes
+    if not isinstance(exclusive, bool):
+        raise ValueError(f"exclusive must be True or False, not {exclusive!r}")
+    if exclusive:
+        res["exclusive"] = True
+    return res

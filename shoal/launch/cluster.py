@@ -38,6 +38,7 @@ from typing import Any
 from shoal.client.future import ExecutorError
 from shoal.launch.allocation import Allocation, Node
 from shoal.launch.launchers import Launch, Launcher, default_launcher, get_launcher
+from shoal.launch.local import head_policy_args
 from shoal.transport.connfile import Connection, host_address
 
 __all__ = ["AllocationCluster", "ClusterError", "ERROR_MARK", "add_cluster_options",
@@ -144,13 +145,7 @@ class AllocationCluster:
         self.connection.write(self.connfile)
         me = str(os.getpid())
         py = sys.executable
-        policy: list[str] = []
-        if heartbeat_timeout is not None:
-            policy += ["--heartbeat-timeout", repr(float(heartbeat_timeout))]
-        if crash_limit is not None:
-            policy += ["--crash-limit", str(crash_limit)]
-        if journal is not None:
-            policy += ["--journal", os.path.abspath(journal)]
+        policy = head_policy_args(heartbeat_timeout, crash_limit, journal)
         # no --exit-when-idle: the join check below is a client of its own; the Executor
         # stops the head with SHUTDOWN, and the head watches this process (--owner-pid)
         self.head = subprocess.Popen(

@@ -32,12 +32,15 @@ class LocalCluster:
     """Head + agent subprocesses of one Executor.
 
     ``heartbeat_timeout``, ``crash_limit`` and ``journal`` become the head's
-    ``--heartbeat-timeout``, ``--crash-limit`` and ``--journal`` (only when given).
+    ``--heartbeat-timeout``, ``--crash-limit`` and ``--journal`` (only when given);
+    ``gpus`` and ``memory`` (bytes) the agent's ``--gpus`` and ``--memory`` (only when
+    given: otherwise the agent detects its GPUs and does not count memory).
     """
 
     def __init__(self, workers: int | None = None, slots: int | None = None, prefetch: int = 1,
                  *, heartbeat_timeout: float | None = None, crash_limit: int | None = None,
-                 journal: str | None = None) -> None:
+                 journal: str | None = None, gpus: int | None = None,
+                 memory: int | None = None) -> None:
         ncpu = os.cpu_count() or 1
         if slots is None:
             slots = workers if workers else ncpu
@@ -56,13 +59,12 @@ class LocalCluster:
         # Workers must import what the caller imports: hand them its sys.path.
         path = json.dumps([p for p in sys.path if p and os.path.isdir(p)] or [os.getcwd()])
         common = dict(start_new_session=True, close_fds=True, stdin=subprocess.DEVNULL)
-        policy: list[str] = []
-        if heartbeat_timeout is not None:
-            policy += ["--heartbeat-timeout", repr(float(heartbeat_timeout))]
-        if crash_limit is not None:
-            policy += ["--crash-limit", str(crash_limit)]
-        if journal is not None:
-            policy += ["--journal", os.path.abspath(journal)]
+        policy = head_policy_args(heartbeat_timeout, crash_limit, journal)
+        resources: list[str] = []
+        if gpus is not None:
+            resources += ["--gpus", str(gpus)]
+        if memory is not None:
+            resources += ["--memory", str(memory)]
         self.head = subprocess.Popen(
             [py, "-m", "shoal.head", "--connection", self.connfile, "--owner-pid", me,
              "--prefetch", str(prefetch), "--exit-when-idle", "--quiet", "--remove-dir", *policy],
@@ -71,7 +73,7 @@ class LocalCluster:
         self.agent = subprocess.Popen(
             [py, "-m", "shoal.agent", "--connection", self.connfile, "--owner-pid", me,
              "--slots", str(slots), "--workers", str(self.workers), "--sys-path", path,
-             "--quiet"],
+             "--quiet", *resources],
             **common,
         )
         self._stopped = False
@@ -160,13 +162,15 @@ def start_runtime(*, workers: int | None = None, slots: int | None = None, prefe
                   heartbeat_timeout: float | None = None, crash_limit: int | None = None,
                   journal: str | None = None, allocation: Allocation | bool | None = None,
                   launcher: Launcher | str | None = None, interface: str | None = None,
-                  env: Mapping[str, str] | None = None) -> Any:
+                  env: Mapping[str, str] | None = None, gpus: int | None = None,
+                  memory: int | None = None) -> Any:
     """The runtime an ``Executor()`` without ``connect=`` starts: a
     ``shoal.launch.cluster.AllocationCluster`` over ``allocation`` (None: the one
     discovered, when this process owns it: not inside a Slurm job step, nor a task of
     an agent started by a launcher, ``SHOAL_NODE``), else the embedded
     :class:`LocalCluster`. ``allocation=False`` forces the local default. (Here, not in shoal.launch.cluster, so that the local
-    default imports nothing of the cluster path.)"""
+    default imports nothing of the cluster path.) ``gpus`` and ``memory`` are the local
+    default's agent's; in an allocation each node's agent finds the job's itself."""
     env = os.environ if env is None else env
     owner = not env.get("SLURM_STEP_ID") and not env.get("SHOAL_NODE")  # not a task's
     if allocation is None and (launcher is not None or interface is not None or owner):
@@ -176,6 +180,10 @@ def start_runtime(*, workers: int | None = None, slots: int | None = None, prefe
     if allocation is not None and allocation is not False and allocation is not True:
         from shoal.launch.cluster import AllocationCluster
 
+        if gpus is not None or memory is not None:
+            raise ValueError(f"gpus= and memory= describe the local default's agent: in this "
+                             f"{allocation.kind} allocation each node's agent finds the job's GPUs "
+                             "and memory itself (or give allocation=False)")
         return AllocationCluster(allocation, launcher, interface=interface, workers=workers,
                                  slots=slots, prefetch=prefetch,
                                  heartbeat_timeout=heartbeat_timeout, crash_limit=crash_limit,
@@ -187,7 +195,20 @@ def start_runtime(*, workers: int | None = None, slots: int | None = None, prefe
                            "(run inside a batch job, or give --hosts/--hostfile)")
     return LocalCluster(workers=workers, slots=slots, prefetch=prefetch,
                         heartbeat_timeout=heartbeat_timeout, crash_limit=crash_limit,
-                        journal=journal)
+                        journal=journal, gpus=gpus, memory=memory)
+
+
+def head_policy_args(heartbeat_timeout: float | None, crash_limit: int | None,
+                     journal: str | None) -> list[str]:
+    """The head's failure-policy flags for what was given (nothing for the defaults)."""
+    args: list[str] = []
+    if heartbeat_timeout is not None:
+        args += ["--heartbeat-timeout", repr(float(heartbeat_timeout))]
+    if crash_limit is not None:
+        args += ["--crash-limit", str(crash_limit)]
+    if journal is not None:
+        args += ["--journal", os.path.abspath(journal)]
+    return args
 
 
 def _status(rc: int) -> str:
