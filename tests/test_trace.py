@@ -391,3 +391,23 @@ def test_welcome_says_whether_the_head_traces(tmp_path: Path) -> None:
         finally:
             c.stop()
     assert [p.name for p in tmp_path.glob("*.trace")] == ["w.trace"]
+
+
+def test_gpu_tasks_devices_and_gpu_utilization(tmp_path: Path) -> None:
+    path = tmp_path / "gpu.trace"
+    c = Cluster(tmp_path, "--trace", str(path))
+    try:
+        c.agent("g1", "--gpus", "2", "--slots", "2")
+        with Executor(connect=str(c.connfile)) as ex:
+            c.wait_agents(ex, 1)
+            futs = [ex.options(gpus=1).submit(Command("sleep 0.3; echo $CUDA_VISIBLE_DEVICES"))
+                    for _ in range(4)]
+            seen = {f.tid: f.result(30).stdout.decode().strip() for f in futs}
+    finally:
+        c.stop()
+    rows = {a.tid: a for a in trace.read(path).attempts}
+    for tid, device in seen.items():
+        assert (rows[tid].gpus, rows[tid].gpu_ids) == (1, [device])  # what the command saw
+    s = trace.summary(path)
+    assert s["gpus"] is not None and 0.3 <= s["gpus"]["utilization"] <= 1.0, s["gpus"]
+    assert s["gpus"]["busy_gpu_s"] >= 4 * 0.3
