@@ -159,7 +159,9 @@ class Recorder:
         self._write_at = 0.0
         header = {"shoal_trace": VERSION, "t": time.time(), "pid": os.getpid(),
                   "host": socket.gethostname(), "run_id": run_id}
-        self._write(_packb(header))
+        # written with the first turn's records (the head's loop flushes at once), so a head
+        # that fails to start (its address taken) adds no empty run to the file
+        self._packed.append(_packb(header))
 
     # ---- peers ------------------------------------------------------------------------
     def joined(self, ident: bytes, role: str, num: int, info: dict[str, Any],
