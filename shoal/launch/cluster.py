@@ -22,6 +22,7 @@ head (a scancel ends the job's processes too).
 from __future__ import annotations
 
 import errno
+import ipaddress
 import json
 import os
 import secrets
@@ -155,7 +156,7 @@ class AllocationCluster:
         path = json.dumps([p for p in sys.path if p and os.path.isdir(p)] or [os.getcwd()])
         agent = [py, "-m", "shoal.launch.cluster", "--connection", self.connfile,
                  "--probe-timeout", repr(min(PROBE_TIMEOUT, join_timeout)), "--sys-path", path,
-                 "--quiet"]
+                 "--head-address-from", how, "--quiet"]
         if workers is not None:
             agent += ["--workers", str(workers)]
         env = {k: os.environ[k] for k in FORWARDED if os.environ.get(k)}
@@ -490,7 +491,9 @@ def _node_name(given: str | None) -> str:
 def probe(address: str, timeout: float) -> str | None:
     """Try a TCP connection to the head's ``tcp://HOST:PORT`` until it succeeds (None) or
     ``timeout`` passes (the last error). A refused connection is retried (the head may not
-    listen yet); an unreachable network or a silent drop is not going to change."""
+    listen yet), and so are a silent drop and "no route to host" (a neighbour that does
+    not answer yet); "network is unreachable" (no route at all here) is not going to
+    change, and fails at once."""
     host, _, port = address.partition("://")[2].rpartition(":")
     deadline = time.monotonic() + timeout
     last = "no attempt"
@@ -503,12 +506,28 @@ def probe(address: str, timeout: float) -> str | None:
             last = f"{exc.strerror or exc}" if not isinstance(exc, TimeoutError) else "timed out"
             if isinstance(exc, ConnectionRefusedError) or getattr(exc, "errno", None) == errno.ECONNREFUSED:
                 pass
-            elif not isinstance(exc, TimeoutError) and getattr(exc, "errno", None) not in (
-                    errno.EHOSTUNREACH, errno.ENETUNREACH):
+            elif not isinstance(exc, TimeoutError) and getattr(exc, "errno", None) != errno.EHOSTUNREACH:
                 return last
         if time.monotonic() >= deadline:
             return last
         time.sleep(0.05)
+
+
+def _unreachable(address: str, node: str, err: str, took: float, how: str | None) -> str:
+    """The one-line reason of a node that cannot reach the head: the address, what the
+    connection attempts said, how the head chose that address, and the fix."""
+    host = address.partition("://")[2].rpartition(":")[0].strip("[]")
+    tried = f"{err}, for {took:.0f} s" if took >= 1 else err
+    why = f"cannot reach the head at {address} from {node} ({tried})"
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            why += f"; {host} is a loopback address, reachable only on the head's own host"
+    except ValueError:
+        pass
+    chose = (f"the head took that address from {how}" if how
+             else "the head chose that address from its host name or default route")
+    return (f"{why}; {chose}: give --interface NAME (an interface of the head's host that "
+            "the nodes reach, e.g. ib0 or eth0)")
 
 
 def node_main(argv: Sequence[str] | None = None) -> int:
@@ -520,6 +539,8 @@ def node_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--connection", required=True)
     ap.add_argument("--node", help="this node's name (default: SLURMD_NODENAME, else the host name)")
     ap.add_argument("--probe-timeout", type=float, default=PROBE_TIMEOUT)
+    ap.add_argument("--head-address-from", metavar="HOW",
+                    help="how the head chose its address (for the message when it is unreachable)")
     ap.add_argument("--sys-path", help="JSON list of import paths for the workers")
     ap.add_argument("--exit-zero", action="store_true",
                     help="exit 0 after reporting a failure (mpirun ends every rank otherwise)")
@@ -540,12 +561,11 @@ def node_main(argv: Sequence[str] | None = None) -> int:
         return fail(f"cannot read the connection file {args.connection} ({exc}); the run "
                     "directory must be on a file system every node shares (set SHOAL_RUN_DIR)")
     if conn.address.startswith("tcp://"):
+        t0 = time.monotonic()
         err = probe(conn.address, args.probe_timeout)
         if err is not None:
-            return fail(f"cannot reach the head at {conn.address} from {node} "
-                        f"({err}, for {args.probe_timeout:g} s); the head chose that address "
-                        "from its host name or default route: give --interface NAME (an "
-                        "interface the nodes reach it on, e.g. ib0 or eth0)")
+            return fail(_unreachable(conn.address, node, err, time.monotonic() - t0,
+                                     args.head_address_from))
     # tasks of this agent that make an Executor() get the local default, not the allocation
     os.environ["SHOAL_NODE"] = node
     from shoal.agent.__main__ import main as agent_main
