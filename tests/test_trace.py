@@ -411,3 +411,37 @@ def test_gpu_tasks_devices_and_gpu_utilization(tmp_path: Path) -> None:
     s = trace.summary(path)
     assert s["gpus"] is not None and 0.3 <= s["gpus"]["utilization"] <= 1.0, s["gpus"]
     assert s["gpus"]["busy_gpu_s"] >= 4 * 0.3
+
+
+def test_executor_trace_on_the_local_default(tmp_path: Path) -> None:
+    path = tmp_path / "local.trace"
+    with Executor(workers=2, trace=path) as ex:
+        assert list(ex.map(add, range(20), range(20), chunksize=5)) == [2 * i for i in range(20)]
+        assert ex.submit(Command(["/bin/true"])).result().returncode == 0
+    s = trace.summary(path)  # the head closed it before the executor returned
+    assert s["ended"] is not None
+    assert (s["tasks"], s["attempts"], s["ok"], s["failed"]) == (5, 5, 5, 0)
+    kinds = Counter(a.kind for a in trace.read(path).attempts)
+    assert kinds == {"chunk": 4, "cmd": 1}
+    with pytest.raises(ValueError, match=r"trace= .*--trace\)"):
+        Executor(connect=str(tmp_path / "none.json"), trace=path)
+
+
+def test_shoal_run_and_python_m_shoal_keep_a_trace(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text("echo one\necho two\nexit 3\n")
+    path = tmp_path / "run.trace"
+    out = subprocess.run([PY, "-m", "shoal", "run", "-j", "2", "--trace", str(path), str(tasks)],
+                         env=ENV, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stderr  # one line failed
+    assert "utilization" in out.stderr and "setup" in out.stderr  # the summary reads the trace
+    s = trace.summary(path)
+    assert (s["tasks"], s["ok"], s["failed"]) == (3, 2, 1)
+    prog = tmp_path / "prog.py"
+    prog.write_text("from shoal import futures\n"
+                    "print(sum(futures.map(abs, range(-5, 5))))\n")
+    path2 = tmp_path / "prog.trace"
+    out = subprocess.run([PY, "-m", "shoal", "-n", "2", "--trace", str(path2), str(prog)],
+                         env=ENV, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == "25", out.stderr
+    assert trace.summary(path2)["tasks"] >= 1

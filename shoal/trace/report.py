@@ -157,11 +157,11 @@ def brief(path: str | os.PathLike[str]) -> list[str]:
     c = s["cores"] or {}
     p = s["setup_s"] or {}
     h = s["head_latency_s"] or {}
-    lines = [f"trace {s['path']}: cores {_pct(c.get('utilization'))} busy over "
+    lines = [f"trace {s['path']}: core utilization {_pct(c.get('utilization'))} over "
              f"{s['makespan_s']:.2f} s; setup p50 {p.get('p50', 0) * 1e3:.2f} ms, "
              f"p90 {p.get('p90', 0) * 1e3:.2f} ms; head p50 {h.get('p50', 0) * 1e3:.2f} ms"]
     if s["gpus"]:
-        lines.append(f"  gpus {_pct(s['gpus']['utilization'])} busy")
+        lines.append(f"  GPU utilization {_pct(s['gpus']['utilization'])}")
     for a in s["agents"][:16]:
         lines.append(f"  {a['name']} ({a['node']}, {a['slots']} slots): {a['tasks']} attempts, "
                      f"{_pct(a['busy_fraction'])} busy")
