@@ -65,17 +65,6 @@ STDLIB_ONLY = {
 }
 
 
-# a known difference, not yet fixed (flaky here, so not run): a worker sends results in
-# batches, and the result of a short task that finished just before the worker started a
-# long one waits until the long one ends. At start-up, before every worker is ready, the
-# agent queues several tasks on the first worker: map(time.sleep, [0, 0, 6], timeout=5)
-# then sometimes yields one None, not two, before its TimeoutError.
-KNOWN = {
-    "test_map_timeout": "a short task's result can wait in its worker behind a long task "
-                        "started after it (results travel in batches)",
-}
-
-
 class ShoalMixin(cft.ExecutorMixin):
     """Supplies shoal's Executor (the local default) to CPython's test classes."""
 
@@ -100,9 +89,6 @@ def _make(generic: type) -> type:
             name = name[: -len(suffix)]
             break
     body = {n: _skip(n, instead) for n, instead in STDLIB_ONLY.items() if hasattr(generic, n)}
-    for n, why in KNOWN.items():
-        if hasattr(generic, n):
-            body[n] = unittest.skip(f"known difference: {why}")(getattr(generic, n))
     return type(f"Shoal{name}Test", (generic, ShoalMixin, cft.BaseTestCase), body)
 
 
