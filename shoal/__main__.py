@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--journal", metavar="FILE",
                     help="record finished tasks in FILE (SQLite); running the same program again "
                          "takes their results from it instead of running them")
+    ap.add_argument("--trace", metavar="FILE",
+                    help="record every task's attempts (where, when, which cores) in FILE; "
+                         "`shoal trace FILE` reports on it (docs/trace.md)")
     from shoal.launch.cluster import add_cluster_options
 
     add_cluster_options(ap)
@@ -58,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ex = Executor(args.workers, schedule=args.schedule, prefetch=args.prefetch,
                       connect=args.connect, retries=args.retries, task_timeout=args.timeout,
-                      journal=args.journal, **cluster_kwargs(args))
+                      journal=args.journal, trace=args.trace, **cluster_kwargs(args))
     except ValueError as exc:
         print(f"shoal: {exc}", file=sys.stderr)
         return 2

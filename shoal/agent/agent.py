@@ -157,6 +157,10 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
         self.sent_window = -1
         self.out_results: list[list[Any]] = []
         self.results_sent = 0.0
+        # trace (the head said so in WELCOME): results carry this agent's times, a 6th
+        # field [launched, started, ended, cpus, gpus, worker] (shoal.trace.store)
+        self.trace = False
+        self.trace_launch: dict[int, float] = {}  # Python task -> when given to a worker
         self.cmd_deep = 0                # extra window for short commands (see _want_credit)
         self.out_submit: list[list[Any]] = []
         self.out_funcs: dict[int, bytes] = {}
@@ -242,7 +246,7 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
             w.said_hello = True
             self._welcome_worker(w)
         elif kind == P.RESULTS:
-            tasks, est, out = w.tasks, w.est, self.out_results
+            tasks, est, out, trace = w.tasks, w.est, self.out_results, self.trace
             for item in msg[1]:
                 spec = tasks.pop(item[0], None)
                 if spec is None:  # stopped or handed back meanwhile: not ours to send
@@ -252,6 +256,16 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
                     w.timed.pop(item[0], None)
                     w.started.pop(item[0], None)
                 item[3] = spec[T_ATTEMPT] if len(spec) > T_ATTEMPT else None  # R_ATTEMPT
+                if trace:  # the worker sent [None, started, ended, None, None, None]
+                    if len(item) > 5:
+                        tr = item[5]
+                        tr[0] = self.trace_launch.pop(item[0], None)
+                        tr[5] = w.index
+                        if self.py_gpu_held:
+                            self._trace_gpus(tr, item[0])
+                    else:
+                        item.append([self.trace_launch.pop(item[0], None), None, time.time(),
+                                     None, None, w.index])
                 out.append(item)
             if not tasks:
                 w.queued_s = 0.0
@@ -287,7 +301,16 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
         elif kind == P.RETURN:
             self._worker_returned(w, msg[1])
 
+    def _trace_gpus(self, tr: list[Any], tid: int) -> None:
+        """Traced: the GPU ids a Python task was given (its RESULT's 6th field)."""
+        held = self.py_gpu_held.get(tid)
+        if held is not None:
+            tr[4] = held[1]
+
     def _result_to_head(self, item: list[Any]) -> None:
+        if self.trace and len(item) == 5:  # failed before or while running: what is known
+            item.append([self.trace_launch.pop(item[0], None), None, time.time(), None, None,
+                         None])
         self.out_results.append(item)  # the window (sent separately) accounts for its cores
 
     def _want_credit(self) -> None:
@@ -334,6 +357,8 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
         w.est[spec[0]] = e
         w.queued_s += e
         w.tasks[spec[0]] = spec
+        if self.trace:
+            self.trace_launch[spec[0]] = time.time()
         if len(spec) > T_OWNER:
             owner = spec[T_OWNER]
             if owner is not None:
@@ -441,6 +466,7 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
                 del queue[skip]
             else:
                 queue.popleft()
+            launched = time.time() if self.trace else 0.0
             try:
                 run = launcher.spawn(spec[0], spec[3], cores, self.base_env)
             except launcher.LaunchError as exc:
@@ -448,6 +474,7 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
                                       failure_info(exc)])
                 continue
             run.attempt = spec_attempt(spec)
+            run.launched = launched
             free -= cores
             self.cmd_cores += cores
             self.commands[run.pidfd] = run
@@ -475,12 +502,21 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
             launcher.release(run)
             text = launcher.timeout_text(run, self.kill_grace)
             self._result_to_head([run.tid, P.TIMEOUT, text.encode(), run.attempt,
-                                  text_info(text)])
+                                  text_info(text), *self._command_times(run)])
             return
         dt = time.monotonic() - run.started
         self.cmd_mean = 0.8 * self.cmd_mean + 0.2 * dt
         status, payload, info = launcher.outcome(run)
-        self._result_to_head([run.tid, status, payload, run.attempt, info])
+        self._result_to_head([run.tid, status, payload, run.attempt, info,
+                              *self._command_times(run)])
+
+    def _command_times(self, run: launcher.Running) -> list[list[Any]]:
+        """Traced: the RESULT's 6th field for a command that exited (else nothing)."""
+        if not self.trace:
+            return []
+        now = time.time()
+        return [[run.launched or None, now - (time.monotonic() - run.started), now, run.cpus,
+                 run.gpus, None]]
 
     # ---- sending -------------------------------------------------------------------------
     def _send_head(self, msg: list[Any]) -> None:

@@ -41,6 +41,8 @@ class HeadLink:
         self.heartbeat_s = float(info.get("heartbeat_s") or HEARTBEAT_S)
         self.timeout_s = float(info.get("timeout_s") or HEAD_TIMEOUT_S)
         self.sent_window = -1   # the first credit: every slot plus its prefetch
+        self.trace = bool(info.get("trace"))  # attach times to results (shoal.trace)
+        self.trace_launch.clear()
         for w in list(self.workers.values()):
             self._welcome_worker(w)
 

@@ -98,6 +98,7 @@ class Placing:
         if gpus:
             forced = resources.gpu_env(gpus)
         argv = None
+        launched = time.time() if self.trace else 0.0
         try:
             if err is not None:
                 raise err
@@ -114,6 +115,7 @@ class Placing:
                                   failure_info(launcher.LaunchError(str(exc)))])
             return 0
         run.attempt = spec_attempt(spec)
+        run.launched = launched
         run.cpus, run.gpus, run.mpi = cpus, gpus, hosts is not None
         self.cmd_cores += need
         self.commands[run.pidfd] = run

@@ -107,7 +107,8 @@ class WorkerPool:
         w.ready = True
         w.origin = self.origin_base + w.incarnation
         self.by_origin[w.origin] = w
-        self._send_worker(w, [P.WELCOME, {"origin": w.origin, "prefetch": self.prefetch}])
+        self._send_worker(w, [P.WELCOME, {"origin": w.origin, "prefetch": self.prefetch,
+                                          "trace": self.trace}])
 
     def _start_workers(self, n: int) -> None:
         have = {w.index for w in self.workers.values()}

@@ -147,11 +147,18 @@ class Stopping:
         spec = w.tasks.get(tid)
         if spec is None:  # its result came meanwhile
             return
+        began = w.started.get(tid)  # monotonic
         started, unstarted = self._kill_worker(w)
         text = f"timed out after {limit:g} s (its worker {w.index}, pid {w.pid}, was killed)"
         log.info("task %#x %s", tid, text)
-        self._result_to_head([tid, P.TIMEOUT, text.encode(), spec[P.T_ATTEMPT]
-                              if len(spec) > P.T_ATTEMPT else None, text_info(text)])
+        item = [tid, P.TIMEOUT, text.encode(), spec[P.T_ATTEMPT] if len(spec) > P.T_ATTEMPT
+                else None, text_info(text)]
+        if self.trace:  # traced: when it started and ran out, on which worker
+            now = time.time()
+            item.append([self.trace_launch.pop(tid, None),
+                         None if began is None else now - (time.monotonic() - began), now, None,
+                         None, w.index])
+        self._result_to_head(item)
         why = (f"worker {w.index} (pid {w.pid}) on {self.name} was killed while running this "
                f"task, because task {tid:#x} on it timed out")
         for s in started:

@@ -105,6 +105,8 @@ class WorkerContext:
         self.local_tids: set[int] = set()    # kept sub-tasks started here
         self.slot_of: dict[greenlet.greenlet, int] = {}  # what the agent is told runs
         self.burst = 0              # sub-tasks the running greenlet submitted since switched in
+        self.trace = False          # the agent asked for times: results carry start and end
+        self.t_start: dict[int, float] = {}  # traced: agent task -> time.time() it started
 
     # ---- sending ------------------------------------------------------------------
     def _send(self, msg: list[Any]) -> None:
@@ -151,6 +153,7 @@ class WorkerContext:
             if kind == P.WELCOME:
                 self.encoder = Encoder(msg[1]["origin"])
                 self.capacity = 1 + max(0, int(msg[1]["prefetch"]))
+                self.trace = bool(msg[1].get("trace"))
             elif kind == P.TASKS:
                 specs = msg[1]
                 if msg[2]:
@@ -250,6 +253,8 @@ class WorkerContext:
         # process dies now, that task is the one the agent reports lost.
         slot_tid = self.slot_of[g] = root or tid
         t0 = _monotonic()
+        if self.trace and not root:
+            self.t_start[tid] = time.time()
         slot = self.running_slot
         if slot is not None:  # a kept sub-task shows its root, started when the root did
             _pack_into("qd", slot, self.slot_offset, slot_tid,
@@ -356,6 +361,11 @@ class WorkerContext:
             return
         if not self.out_results:
             self.first_unsent = time.monotonic()
+        if self.trace:  # the agent fills in the rest (launched, worker, GPU ids)
+            self.out_results.append([tid, status, payload, None, info,
+                                     [None, self.t_start.pop(tid, None), time.time(), None,
+                                      None, None]])
+            return
         self.out_results.append([tid, status, payload, None, info])
 
     # ---- sub-tasks ----------------------------------------------------------------

@@ -47,6 +47,9 @@ def add_parser(sub: Any) -> None:
     h.add_argument("--journal", metavar="FILE",
                    help="SQLite journal of keyed tasks: a head restarted on the same file answers "
                         "the tasks that finished OK from it (docs/journal.md)")
+    h.add_argument("--trace", metavar="FILE",
+                   help="record every attempt of every task (where, when, which cores) in FILE; "
+                        "`shoal trace FILE` reports on it (docs/trace.md)")
     h.add_argument("--expect-agents", type=int, default=0, metavar="N",
                    help="dispatch nothing until N agents joined (or --expect-timeout passed), so "
                         "the first tasks spread over the whole allocation")
@@ -136,6 +139,7 @@ def head_command(args: argparse.Namespace) -> int:
             *_opt("--host", args.host), "--prefetch", str(args.prefetch), "--bundle", args.bundle,
             *_opt("--heartbeat-timeout", args.heartbeat_timeout), "--crash-limit", str(args.crash_limit),
             *_opt("--journal", args.journal and os.path.abspath(args.journal)),
+            *_opt("--trace", args.trace and os.path.abspath(args.trace)),
             "--expect-agents", str(args.expect_agents), "--expect-timeout", str(args.expect_timeout),
             *([] if args.encrypt is None else ["--encrypt" if args.encrypt else "--no-encrypt"])])
         if err:
@@ -145,6 +149,7 @@ def head_command(args: argparse.Namespace) -> int:
 
     from shoal.head.journal import JournalError
     from shoal.head.server import Head
+    from shoal.trace.store import TraceError
     from shoal.transport.connfile import host_address, is_local_endpoint
 
     logging.basicConfig(level=logging.INFO, format="shoal head: %(message)s")
@@ -168,11 +173,11 @@ def head_command(args: argparse.Namespace) -> int:
         head = Head(conn, bind=bind, prefetch=args.prefetch,
                     heartbeat_timeout=args.heartbeat_timeout, crash_limit=args.crash_limit,
                     journal=args.journal, expect_agents=args.expect_agents,
-                    expect_timeout=args.expect_timeout)
+                    expect_timeout=args.expect_timeout, trace=args.trace)
     except zmq.ZMQError as exc:
         print(f"shoal head: cannot listen on {bind}: {exc}", file=sys.stderr)
         return 2
-    except (ValueError, JournalError) as exc:
+    except (ValueError, JournalError, TraceError) as exc:
         print(f"shoal head: {exc}", file=sys.stderr)
         return 2
     endpoint = head.address

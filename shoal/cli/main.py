@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "bcast": "bundle",     # broadcast bundles to node-local storage
     "env": "bundle",       # print exports that reroute the interpreter
     "info": "info",        # show the allocation, this node, launchers, address
+    "trace": "trace",      # report on a trace file (`shoal head --trace FILE`)
 }
 
 

@@ -205,6 +205,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--journal", metavar="FILE",
                    help="record finished lines in FILE (SQLite); the same command again after a "
                         "crash skips them (a line is its number and text)")
+    p.add_argument("--trace", metavar="FILE",
+                   help="record every command's attempts (where, when, which cores) in FILE; "
+                        "the summary adds utilization and setup time from it; `shoal trace "
+                        "FILE` reports on it (docs/trace.md)")
     p.add_argument("--progress", dest="progress", action="store_true", default=None,
                    help="show the live progress bar even when stderr is not a terminal")
     p.add_argument("--no-progress", dest="progress", action="store_false")
@@ -242,6 +246,9 @@ def run_command(args: argparse.Namespace) -> int:
     if args.connect and args.journal:
         _say("--journal belongs to the head when joining one: give it to `shoal head --journal`")
         return 2
+    if args.connect and args.trace:
+        _say("--trace belongs to the head when joining one: give it to `shoal head --trace`")
+        return 2
     items = list(parse_taskfile(data, args.taskfile))
     bad = [i for i in items if isinstance(i, BadLine)]
     lines = [i for i in items if isinstance(i, Line)]
@@ -275,8 +282,8 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine], er
             from shoal.launch.cluster import cluster_kwargs
 
             # slots=None: all cores here, or each node's CPUs in an allocation (-j caps them)
-            ex = Executor(workers=0, slots=args.slots, journal=journal, **policy,
-                          **cluster_kwargs(args))
+            ex = Executor(workers=0, slots=args.slots, journal=journal, trace=args.trace,
+                          **policy, **cluster_kwargs(args))
     except ValueError as exc:
         _say(str(exc))
         return 2
@@ -351,6 +358,11 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine], er
     wall = time.monotonic() - t0
     if not args.no_summary:
         _summary(err, len(lines), ok, failed, bad, wall)
+        if args.trace:  # the head wrote it and exited with the executor
+            from shoal.trace.report import brief
+
+            for text in brief(args.trace):
+                err.print(text, markup=False, soft_wrap=True)
     return 1 if failed or bad else 0
 
 

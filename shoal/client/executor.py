@@ -105,6 +105,9 @@ class Executor(cf.Executor):
     :param journal: SQLite file of the local head's journal: a rerun of the same program
         skips the tasks it finished and takes their results from it (every task gets a
         key, see :mod:`shoal.transport.keys`); the head's ``--journal`` in connect mode.
+    :param trace: file in which the local head records every attempt of every task (where,
+        when, which cores; ``shoal trace FILE`` and :mod:`shoal.trace` report on it, see
+        docs/trace.md); the head's ``--trace`` in connect mode.
     :param allocation: the nodes to run on (``shoal.launch.allocation.Allocation``): one
         agent per node, the head here (docs/cluster.md). Default: the batch allocation this
         process runs in, discovered (``discover()``), else the local default; ``False``:
@@ -140,6 +143,7 @@ class Executor(cf.Executor):
         heartbeat_timeout: float | None = None,
         crash_limit: int | None = None,
         journal: str | os.PathLike[str] | None = None,
+        trace: str | os.PathLike[str] | None = None,
         allocation: Allocation | bool | None = None,
         launcher: Launcher | str | None = None,
         interface: str | None = None,
@@ -173,13 +177,19 @@ class Executor(cf.Executor):
             journal = os.fspath(journal)
             if not journal:
                 raise ValueError("journal must be a file path, not ''")
+        if trace is not None:
+            trace = os.fspath(trace)
+            if not trace:
+                raise ValueError("trace must be a file path, not ''")
         if connect is not None:
             given = [f"{name}=" for name, v in (("heartbeat_timeout", heartbeat_timeout),
-                                                ("crash_limit", crash_limit), ("journal", journal))
+                                                ("crash_limit", crash_limit), ("journal", journal),
+                                                ("trace", trace))
                      if v is not None]
             if given:
                 raise ValueError(f"{', '.join(given)} set the head's policy: with connect=, give them "
-                                 "to `shoal head` (--heartbeat-timeout, --crash-limit, --journal)")
+                                 "to `shoal head` (--heartbeat-timeout, --crash-limit, --journal, "
+                                 "--trace)")
             if allocation or launcher is not None or interface is not None:
                 raise ValueError("allocation=, launcher= and interface= start agents: with "
                                  "connect=, the head's agents are started by hand")
@@ -201,7 +211,7 @@ class Executor(cf.Executor):
                 workers=workers, slots=slots, prefetch=prefetch,
                 heartbeat_timeout=heartbeat_timeout, crash_limit=crash_limit,
                 journal=journal, allocation=allocation, launcher=launcher, interface=interface,
-                gpus=gpus, memory=memory)
+                gpus=gpus, memory=memory, trace=trace)
             conn = self._cluster.connection
             self._slots = self._cluster.slots
         else:

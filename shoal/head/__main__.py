@@ -11,6 +11,7 @@ import sys
 from shoal._sys import set_parent_death_signal, stop_on_signals
 from shoal.head.journal import JournalError
 from shoal.head.server import Head
+from shoal.trace.store import TraceError
 from shoal.transport.connfile import Connection
 
 
@@ -29,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--journal", metavar="FILE",
                     help="SQLite journal: record keyed tasks, answer those finished OK in an "
                          "earlier run from it (docs/journal.md)")
+    ap.add_argument("--trace", metavar="FILE",
+                    help="record every attempt of every task in FILE (`shoal trace FILE` reports)")
     ap.add_argument("--remove-dir", action="store_true",
                     help="remove the connection file's directory at exit (the local default's "
                          "run directory, so a caller that crashed leaves nothing behind)")
@@ -42,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
             head = Head(Connection.read(args.connection), bind=args.bind, prefetch=args.prefetch,
                         owner_pid=args.owner_pid, exit_when_idle=args.exit_when_idle,
                         heartbeat_timeout=args.heartbeat_timeout, crash_limit=args.crash_limit,
-                        journal=args.journal)
-        except (OSError, ValueError, JournalError) as exc:
+                        journal=args.journal, trace=args.trace)
+        except (OSError, ValueError, JournalError, TraceError) as exc:
             print(f"shoal head: {exc}", file=sys.stderr)
             return 2
         stop_on_signals(head)

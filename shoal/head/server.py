@@ -20,6 +20,7 @@ import zmq
 from shoal._sys import alive
 from shoal.head.core import T_FID, T_KIND, Decisions, SchedulerCore
 from shoal.head.journal import Journal, JournalError
+from shoal.trace.store import RETURNED, Recorder
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
 from shoal.transport.keys import KeyCounter, given_key
@@ -87,9 +88,11 @@ class Head:
         journal: str | None = None,
         expect_agents: int = 0,
         expect_timeout: float = 60.0,
+        trace: str | None = None,
     ) -> None:
         """``expect_agents``: hold the first dispatch until that many agents joined or
-        ``expect_timeout`` seconds passed, so a map spreads over the whole allocation."""
+        ``expect_timeout`` seconds passed, so a map spreads over the whole allocation.
+        ``trace``: a file to record every attempt of every task in (shoal.trace)."""
         if heartbeat_timeout is not None and heartbeat_timeout <= 0:
             raise ValueError(f"the heartbeat timeout must be > 0 seconds, not {heartbeat_timeout}")
         if crash_limit < 1:
@@ -103,12 +106,16 @@ class Head:
         if self.journal is not None:
             log.info("journal %s: run %d, %d results from earlier runs", journal,
                      self.journal.run, self.journal.resumable)
+        # trace (shoal.trace.store): None when off, and then nothing of it runs
+        self.tracer = Recorder(trace, conn.run_id) if trace else None
         self.conn = conn
         self.sessions = HeadSessions(conn.key)  # per-connection keys and sequence numbers
         self.timeout_s = heartbeat_timeout or TIMEOUT_S
         # beat often enough that a few lost beats never look like a lost peer
         self.heartbeat_s = min(HEARTBEAT_S, self.timeout_s / 4)
         self.core = SchedulerCore(crash_limit=crash_limit)
+        if self.tracer is not None:
+            self.tracer.live = self.core.tasks
         # waiting for the allocation's agents: dispatch held until then (0: no deadline)
         self.expect_agents = expect_agents
         self._expect_until = time.monotonic() + expect_timeout if expect_agents else 0.0
@@ -155,6 +162,8 @@ class Head:
                     wait = max(0.0, min(wait, later[0][0] - time.monotonic()))
                 if self._expect_until:
                     wait = max(0.0, min(wait, self._expect_until - time.monotonic()))
+                if self.tracer is not None:  # trace: packed records wait for their write
+                    wait = max(0.0, min(wait, self.tracer.due() - time.monotonic()))
                 if poller.poll(wait * 1000):
                     for _ in range(10000):
                         try:
@@ -165,6 +174,8 @@ class Head:
                         if not self.running:
                             break
                     self._flush()
+                elif self.tracer is not None:
+                    self.tracer.flush()
                 now = time.monotonic()
                 if self._expect_until and now >= self._expect_until:
                     self._stop_waiting(f"--expect-timeout passed with {self._agent_count()} of "
@@ -182,6 +193,8 @@ class Head:
             self._stop_agents()
             if self.journal is not None:  # journal: commit the rest, note the run's end
                 self.journal.close()
+            if self.tracer is not None:
+                self.tracer.close(self.stats())
             sock.close(linger=500)
             self.ctx.term()
 
@@ -210,6 +223,8 @@ class Head:
             self._evict(ident, kind)
             return
         if kind == P.RESULTS:
+            if self.tracer is not None:  # trace: before the core reuses the items
+                self.tracer.results(ident, msg[1])
             self._apply(self.core.finished(ident, msg[1]))
         elif kind == P.SUBMIT:
             funcs = msg[2]
@@ -218,9 +233,15 @@ class Head:
             specs, keys = msg[1], None
             if self.journal is not None:  # journal: answer keys that finished OK before
                 specs, keys = self._journal_submit(peer, specs, msg[4] if len(msg) > 4 else None)
-            self._apply(self.core.submit(specs, ident, static=bool(msg[3]), keys=keys,
-                                         owner_num=peer.num if peer.role == "client" else None))
+            d = self.core.submit(specs, ident, static=bool(msg[3]), keys=keys,
+                                 owner_num=peer.num if peer.role == "client" else None)
+            if self.tracer is not None:  # trace: the specs as the core padded them
+                self.tracer.funcs(msg[4] if len(msg) > 4 else None)
+                self.tracer.submitted(specs)
+            self._apply(d)
         elif kind == P.RETURN:
+            if self.tracer is not None:
+                self.tracer.closed(ident, msg[1], RETURNED, "handed back unstarted")
             self._apply(self.core.returned(ident, msg[1]))
         elif kind == P.DRAIN:
             log.info("agent %s is draining: %s", ident.decode(errors="replace"),
@@ -236,6 +257,8 @@ class Head:
                 return
             req, tids = msg[1], msg[2]
             done, d = self.core.cancel(tids, ident)
+            if self.tracer is not None:
+                self.tracer.cancelled(done)
             on_agents, d.revoke = d.revoke, {}
             self._apply(d)
             if not on_agents:
@@ -297,8 +320,12 @@ class Head:
                          "slots": self.core.total_slots() + (peer.slots if role == "agent" else 0),
                          "heartbeat_s": self.heartbeat_s, "timeout_s": self.timeout_s,
                          "num": peer.num,
-                         "journal": self.journal is not None}],  # journal: clients send keys
+                         "journal": self.journal is not None,  # journal: clients send keys
+                         "trace": self.tracer is not None}],  # trace: agents attach times
         )
+        if self.tracer is not None:
+            self.tracer.joined(ident, role, peer.num, info,
+                               agent_resources(ident, info) if role == "agent" else None)
         if role == "agent":
             res = agent_resources(ident, info)
             log.info("agent %s joined with %d slots%s", ident.decode(errors="replace"), peer.slots,
@@ -318,6 +345,8 @@ class Head:
         self._flush()
 
     def _agent_cancelled(self, agent: bytes, key: int, tids: list[int]) -> None:
+        if self.tracer is not None and tids:
+            self.tracer.closed(agent, tids, P.CANCELLED, "cancelled")
         self._apply(self.core.cancelled_on_agent(agent, tids))
         pending = self._cancels.get(key)
         if pending is None:
@@ -338,10 +367,16 @@ class Head:
         if peer.role == "agent":
             if lost:
                 self.lost_agents += 1
+            if self.tracer is not None:  # trace: before the core requeues its attempts
+                state = self.core.agents.get(ident)
+                self.tracer.agent_leaving(ident, reason, lost, state.running if state else (),
+                                          state.holds if state else ())
             self._apply(self.core.remove_agent(ident, reason, lost=lost))
             for key in [k for k, c in self._cancels.items() if ident in c[3]]:
                 self._agent_cancelled(ident, key, [])
         else:
+            if self.tracer is not None:  # trace: before the core drops its tasks
+                self.tracer.client_leaving(ident, peer.num, reason)
             self._apply(self.core.cancel_owner(ident, peer.num))
             if self.exit_when_idle and not any(p.role == "client" for p in self.peers.values()):
                 self.running = False
@@ -406,6 +441,8 @@ class Head:
             self._out_tasks[agent].extend(specs)
         for owner, items in d.resolve.items():
             self._out_results[owner].extend(items)
+        if self.tracer is not None and d.resolve:
+            self.tracer.resolved(d.resolve)
         for agent, tids in d.revoke.items():
             self._send(agent, [P.CANCEL, 0, tids])
         if d.done_keys and self.journal is not None:  # journal: buffered, see _flush
@@ -433,7 +470,11 @@ class Head:
                         if fid not in sent:
                             sent.add(fid)
                             funcs[fid] = self.funcs[fid]
+                if self.tracer is not None:  # before the send: no agent time precedes it
+                    self.tracer.dispatched(agent, specs)
                 self._send(agent, [P.TASKS, specs, funcs])
+        if self.tracer is not None:
+            self.tracer.flush()
 
     # ---- journal (shoal.head.journal) -------------------------------------------------
     def _journal_submit(self, peer: Peer, specs: list[list[Any]], names: dict[int, str] | None,

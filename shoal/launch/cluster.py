@@ -115,7 +115,8 @@ class AllocationCluster:
                  interface: str | None = None, workers: int | None = None,
                  slots: int | None = None, prefetch: int = 1,
                  heartbeat_timeout: float | None = None, crash_limit: int | None = None,
-                 journal: str | None = None, join_timeout: float = JOIN_TIMEOUT,
+                 journal: str | None = None, trace: str | None = None,
+                 join_timeout: float = JOIN_TIMEOUT,
                  quiet: bool = False) -> None:
         if not allocation.nodes:
             raise ClusterError(f"{allocation.kind} allocation from {allocation.source}: no nodes")
@@ -146,7 +147,7 @@ class AllocationCluster:
         self.connection.write(self.connfile)
         me = str(os.getpid())
         py = sys.executable
-        policy = head_policy_args(heartbeat_timeout, crash_limit, journal)
+        policy = head_policy_args(heartbeat_timeout, crash_limit, journal, trace)
         # no --exit-when-idle: the join check below is a client of its own; the Executor
         # stops the head with SHUTDOWN, and the head watches this process (--owner-pid)
         self.head = subprocess.Popen(

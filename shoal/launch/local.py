@@ -41,7 +41,7 @@ class LocalCluster:
     def __init__(self, workers: int | None = None, slots: int | None = None, prefetch: int = 1,
                  *, heartbeat_timeout: float | None = None, crash_limit: int | None = None,
                  journal: str | None = None, gpus: int | None = None,
-                 memory: int | None = None) -> None:
+                 memory: int | None = None, trace: str | None = None) -> None:
         ncpu = os.cpu_count() or 1
         if slots is None:
             slots = workers if workers else ncpu
@@ -60,7 +60,7 @@ class LocalCluster:
         # Workers must import what the caller imports: hand them its sys.path.
         path = json.dumps([p for p in sys.path if p and os.path.isdir(p)] or [os.getcwd()])
         common = dict(start_new_session=True, close_fds=True, stdin=subprocess.DEVNULL)
-        policy = head_policy_args(heartbeat_timeout, crash_limit, journal)
+        policy = head_policy_args(heartbeat_timeout, crash_limit, journal, trace)
         resources: list[str] = []
         if gpus is not None:
             resources += ["--gpus", str(gpus)]
@@ -180,7 +180,7 @@ def start_runtime(*, workers: int | None = None, slots: int | None = None, prefe
                   journal: str | None = None, allocation: Allocation | bool | None = None,
                   launcher: Launcher | str | None = None, interface: str | None = None,
                   env: Mapping[str, str] | None = None, gpus: int | None = None,
-                  memory: int | None = None) -> Any:
+                  memory: int | None = None, trace: str | None = None) -> Any:
     """The runtime an ``Executor()`` without ``connect=`` starts: a
     ``shoal.launch.cluster.AllocationCluster`` over ``allocation`` (None: the one
     discovered, when this process owns it: not inside a Slurm job step, nor a task of
@@ -204,7 +204,7 @@ def start_runtime(*, workers: int | None = None, slots: int | None = None, prefe
         return AllocationCluster(allocation, launcher, interface=interface, workers=workers,
                                  slots=slots, prefetch=prefetch,
                                  heartbeat_timeout=heartbeat_timeout, crash_limit=crash_limit,
-                                 journal=journal)
+                                 journal=journal, trace=trace)
     if launcher is not None or interface is not None:
         from shoal.launch.cluster import ClusterError
 
@@ -212,12 +212,13 @@ def start_runtime(*, workers: int | None = None, slots: int | None = None, prefe
                            "(run inside a batch job, or give --hosts/--hostfile)")
     return LocalCluster(workers=workers, slots=slots, prefetch=prefetch,
                         heartbeat_timeout=heartbeat_timeout, crash_limit=crash_limit,
-                        journal=journal, gpus=gpus, memory=memory)
+                        journal=journal, gpus=gpus, memory=memory, trace=trace)
 
 
 def head_policy_args(heartbeat_timeout: float | None, crash_limit: int | None,
-                     journal: str | None) -> list[str]:
-    """The head's failure-policy flags for what was given (nothing for the defaults)."""
+                     journal: str | None, trace: str | None = None) -> list[str]:
+    """The head's policy flags for what was given (nothing for the defaults); ``trace``:
+    its ``--trace`` file (shoal.trace)."""
     args: list[str] = []
     if heartbeat_timeout is not None:
         args += ["--heartbeat-timeout", repr(float(heartbeat_timeout))]
@@ -225,6 +226,8 @@ def head_policy_args(heartbeat_timeout: float | None, crash_limit: int | None,
         args += ["--crash-limit", str(crash_limit)]
     if journal is not None:
         args += ["--journal", os.path.abspath(journal)]
+    if trace is not None:
+        args += ["--trace", os.path.abspath(trace)]
     return args
 
 

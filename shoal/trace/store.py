@@ -1,0 +1,376 @@
+"""The trace store: every attempt of every task, written by the head, read by reports.
+
+The head keeps a trace only when started with ``--trace FILE``; it then says so in
+WELCOME (``info["trace"]``) and only then do agents attach their times to results (the
+RESULT item's 6th field, see :mod:`shoal.transport.protocol`). Off, nothing here runs.
+
+Where each fact is known, it is taken (DESIGN.md):
+  head   submitted (SUBMIT received), dispatched (TASKS about to be sent), received (RESULTS
+         received), the agent, the request (cores, GPUs, ranks, MPI hosts), the status
+  agent  launched (handed to a worker / posix_spawn called), started (the worker began the
+         call / the process exists), ended (the call returned / the process was reaped), the
+         CPU ids, GPU ids and worker index it gave the task
+All times are Unix seconds (``time.time()`` of the host that took them: across hosts the
+agent's times are as good as the clocks' agreement).
+
+File format: a stream of msgpack objects, appended (a head on an existing trace file adds
+a run). Each run starts with a header map ``{"shoal_trace": VERSION, "t", "pid", "host",
+"run_id"}``; then the head appends arrays of records (one per loop turn that had something
+to record), each record an array whose first element says what it is:
+
+    [SUBMIT, t, tids, owners, kinds, whats, cores, requests]
+        tasks handed to the scheduler at ``t``, one column per field: a list with one value
+        per tid, or one value for all of them. owner: the client's number; kind: PY 0,
+        CHUNK 1, CMD 2; what: the function id (names in FUNCS records) or a command's
+        program; cores: per task (per rank for MPI); requests: nil, or per task nil or
+        [gpus, ranks].
+    [RESULTS, t, agent, tids, statuses, attempts, dispatched, agent_times, infos]
+        the attempts whose results one RESULTS message from an agent brought, at ``t``
+        (their ``received``), as columns. agent: the agent's number (see AGENT_JOIN).
+        status: protocol's (OK 0, ERR 1, CANCELLED 2, DEPFAIL 3, LOST 4, TIMEOUT 5).
+        dispatched: when the head sent that attempt. agent_times: per result nil or the
+        agent's [launched, started, ended, cpus, gpu_ids, worker], any of them nil where
+        not known. infos: nil (no failures), or per result nil or the failure's info
+        (``{"why": ..., "types": [...]}``, ``{"exit": N}`` for a command exiting non-zero).
+    [ATTEMPT, tid, attempt, status, agent, dispatched, received, agent_times, note]
+        one attempt the head ended itself: RETURNED / REVOKED / UNFINISHED below, LOST with
+        its agent, cancelled on its agent; or attempt 0: the head resolved the task without
+        running it (again): cancelled, a failed dependency, an impossible request, a hard
+        placement on an agent that left (agent 0, dispatched nil). note: why.
+    [HOSTS, tid, attempt, hosts]
+        where the head placed an MPI task's ranks: [[node, ranks, cores per rank], ...]
+    [AGENT_JOIN, t, num, name, node, slots, gpus, memory, host, pid]
+    [AGENT_LEAVE, t, num, reason, lost]
+    [FUNCS, {fid: "module.qualname"}]
+    [CLIENT_JOIN, t, num, name, host, pid]
+    [CLIENT_LEAVE, t, num, reason]
+    [END, t, {head statistics}]
+
+Why a msgpack stream and not SQLite (the journal's store): the trace is only appended by
+the head and read whole by reports, never looked up by key. The head packs each turn's
+records in one C call and writes them in one ``write()`` every WRITE_EVERY_S: no
+transaction, no row per task in a database. A head killed mid-write leaves a truncated
+last object, which the reader drops (``truncated``).
+
+Cost (the head's hot path with the trace on): the task's static facts go out once per
+SUBMIT message as columns (C-level ``map`` over the specs, no object per task); the head
+keeps no table of its own beyond ``_open`` (tid -> dispatched, while an attempt runs) and
+reads the rest from the core's task table; results are recorded as columns too (one record
+per RESULTS message), so an attempt costs one dict entry and the packing of its values.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterable
+from itertools import repeat
+from operator import itemgetter
+from typing import Any
+
+import msgpack
+
+VERSION = 1
+(ATTEMPT, AGENT_JOIN, AGENT_LEAVE, FUNCS, CLIENT_JOIN, CLIENT_LEAVE, END, SUBMIT, RESULTS,
+ HOSTS) = range(10)
+# statuses only the trace uses (the protocol's are 0-5)
+RETURNED = 16     # handed back unstarted (drain) or requeued when its agent left in order
+REVOKED = 17      # given up by the head (a share of an MPI task was lost, its owner left)
+UNFINISHED = 18   # still running when the head stopped
+STATUS_NAMES = {0: "ok", 1: "error", 2: "cancelled", 3: "depfail", 4: "lost", 5: "timeout",
+                RETURNED: "returned", REVOKED: "revoked", UNFINISHED: "unfinished"}
+
+# positions in the task spec (shoal.transport.protocol; not imported: the reader of a trace
+# needs no runtime)
+_T_KIND, _T_PAYLOAD, _T_OPTS, _T_ATTEMPT, _T_OWNER = 1, 3, 8, 9, 10
+_CMD = 2
+_CANCELLED, _LOST = 2, 4
+_packb = msgpack.Packer(use_bin_type=True).pack
+_first, _second, _fourth, _fifth = (itemgetter(i) for i in (0, 1, 3, 4))
+_col_owner, _col_kind, _col_fid, _col_cores, _col_opts = (itemgetter(i) for i in (10, 1, 2, 5, 8))
+# Packed turns are written when this much waits or this long passed (a head killed with
+# SIGKILL loses at most that much of the trace; an orderly exit loses nothing).
+WRITE_BYTES = 256 << 10
+WRITE_EVERY_S = 0.2
+
+
+class TraceError(Exception):
+    """A trace file cannot be written or read; the message is one line naming the file."""
+
+
+def _program(spec: list[Any]) -> str:
+    """A command's program (the first word of a shell line)."""
+    payload = spec[_T_PAYLOAD]
+    try:
+        argv = payload["argv"]
+        if len(argv) == 3 and argv[0] == "/bin/sh" and argv[1] == "-c":
+            words = argv[2].split(None, 1)
+            return words[0] if words else "/bin/sh"
+        return argv[0]
+    except (TypeError, KeyError, IndexError, AttributeError):
+        return "?"
+
+
+def _note(info: dict[str, Any]) -> str:
+    """A failed attempt's note: "exit N" for a command that exited non-zero, else why."""
+    if "exit" in info:
+        return f"exit {info['exit']}"
+    return str(info.get("why", ""))[:300]
+
+
+def _column(values: list[Any]) -> Any:
+    """One value when all are the same (a client's batch: one owner, often one function)."""
+    return values[0] if values.count(values[0]) == len(values) else values
+
+
+class Recorder:
+    """The head's side: buffers the facts of each loop turn, packs them at :meth:`flush`.
+
+    The head calls it only when tracing, and calls the hooks that close attempts before
+    the core requeues or forgets them (``live``: the core's task table, read for attempt
+    numbers and MPI hosts).
+    """
+
+    def __init__(self, path: str, run_id: str = "") -> None:
+        self.path = path
+        if os.path.isdir(path):
+            raise TraceError(f"--trace {path!r}: a directory, not a file")
+        try:
+            size = os.path.getsize(path)
+        except FileNotFoundError:
+            size = 0
+        except OSError as exc:
+            raise TraceError(f"--trace {path!r}: {exc.strerror}") from None
+        if size:
+            check_header(path)  # appending a run to a trace: never to some other file
+        try:
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise TraceError(f"--trace {path!r}: cannot write: {exc.strerror}") from None
+        self.live: dict[int, Any] = {}     # the core's tasks (set by the head)
+        self.rows: list[list[Any]] = []
+        self._open: dict[int, float] = {}  # tid -> dispatched, while its attempt runs
+        self._num: dict[bytes, int] = {}   # peer ident -> its number (stamped in rows)
+        self._agents: set[bytes] = set()   # agents there now
+        self.failed = False
+        self._packed: list[bytes] = []     # packed turns not written yet
+        self._nbytes = 0
+        self._write_at = 0.0
+        header = {"shoal_trace": VERSION, "t": time.time(), "pid": os.getpid(),
+                  "host": socket.gethostname(), "run_id": run_id}
+        # written with the first turn's records (the head's loop flushes at once), so a head
+        # that fails to start (its address taken) adds no empty run to the file
+        self._packed.append(_packb(header))
+
+    # ---- peers ------------------------------------------------------------------------
+    def joined(self, ident: bytes, role: str, num: int, info: dict[str, Any],
+               res: dict[str, Any] | None) -> None:
+        self._num[ident] = num
+        name = ident.decode(errors="replace")
+        if role == "agent" and res is not None:
+            self._agents.add(ident)
+            self.rows.append([AGENT_JOIN, time.time(), num, name, res["node"],
+                              int(info.get("slots", 0)), res["gpus"], res["memory"],
+                              str(info.get("host", "")), info.get("pid")])
+        else:
+            self.rows.append([CLIENT_JOIN, time.time(), num, name, str(info.get("host", "")),
+                              info.get("pid")])
+
+    def agent_leaving(self, ident: bytes, reason: str, lost: bool, running: Iterable[int],
+                      holds: Iterable[int]) -> None:
+        """An agent left or was lost, before the core hears of it: ``running``, the tasks
+        it leads, end LOST (or RETURNED when it left in order); ``holds``, MPI tasks led by
+        other agents with a share on it, end REVOKED."""
+        self._agents.discard(ident)
+        now = time.time()
+        self.rows.append([AGENT_LEAVE, now, self._num.get(ident, 0), reason, lost])
+        opened = self._open
+        self._close([t for t in running if t in opened], _LOST if lost else RETURNED, now,
+                    f"agent {reason}")
+        self._close([t for t in holds if t in opened], REVOKED, now,
+                    f"an agent holding its ranks left: {reason}")
+        self._num.pop(ident, None)
+
+    def client_leaving(self, ident: bytes, num: int, reason: str) -> None:
+        """A client left, before the core drops its tasks (and its tasks' sub-tasks: the
+        core's rule, ``shoal.head.core.cancel_owner``)."""
+        now = time.time()
+        self.rows.append([CLIENT_LEAVE, now, self._num.pop(ident, 0), reason])
+        mine = [tid for tid, t in self.live.items()
+                if t.owner == ident or t.spec[_T_OWNER] == num]
+        self.cancelled(t for t in mine if t not in self._open)
+        self._close([t for t in mine if t in self._open], REVOKED, now, "its client left")
+
+    def funcs(self, names: Any) -> None:
+        if isinstance(names, dict) and names:
+            self.rows.append([FUNCS, names])
+
+    # ---- tasks --------------------------------------------------------------------------
+    def submitted(self, specs: list[list[Any]]) -> None:
+        """Specs the core took (padded to full length by it): one SUBMIT record."""
+        if not specs:
+            return
+        kinds = list(map(_col_kind, specs))
+        whats = list(map(_col_fid, specs))
+        if _CMD in kinds:
+            for i, kind in enumerate(kinds):
+                if kind == _CMD:
+                    whats[i] = _program(specs[i])
+        opts = list(map(_col_opts, specs))
+        requests = None
+        if any(opts):
+            requests = [[o.get("gpus", 0), o.get("ranks", 0)]
+                        if o and ("gpus" in o or "ranks" in o) else None for o in opts]
+        self.rows.append([SUBMIT, time.time(), list(map(_first, specs)),
+                          _column(list(map(_col_owner, specs))), _column(kinds), _column(whats),
+                          _column(list(map(_col_cores, specs))), requests])
+
+    def dispatched(self, agent: bytes, specs: list[list[Any]]) -> None:
+        opened = self._open
+        tids = list(map(_first, specs))
+        if not opened.keys().isdisjoint(tids):  # a last attempt ended without word: closed
+            self._close([t for t in tids if t in opened], REVOKED, time.time(),
+                        "given up by the head", before=1)
+        opened.update(zip(tids, repeat(time.time())))
+        if any(map(_col_opts, specs)):  # MPI tasks: where their ranks go
+            for spec in specs:
+                opts = spec[_T_OPTS]
+                if opts and "hosts" in opts:
+                    self.rows.append([HOSTS, spec[0], spec[_T_ATTEMPT], opts["hosts"]])
+
+    def results(self, agent: bytes, items: list[list[Any]]) -> None:
+        """RESULTS from ``agent``, before the core sees them: one RESULTS record of
+        columns (the agent's times, item[5], are taken off the items: the client never
+        gets them). The hot path of a traced run: C-level ``map`` where it can."""
+        if not items:
+            return
+        now = time.time()
+        if len(items[0]) == 6 and len(set(map(len, items))) == 1:
+            times = list(map(list.pop, items))
+        else:
+            times = [item.pop() if len(item) > 5 else None for item in items]
+        tids = list(map(_first, items))
+        sent = list(map(self._open.pop, tids, repeat(None)))
+        infos = list(map(_fifth, items))
+        statuses, attempts = list(map(_second, items)), list(map(_fourth, items))
+        if None in sent:  # not an open attempt (the core drops these too)
+            keep = [i for i, t in enumerate(sent) if t is not None]
+            tids, statuses, attempts, sent, times, infos = (
+                [col[i] for i in keep] for col in (tids, statuses, attempts, sent, times, infos))
+            if not tids:
+                return
+        self.rows.append([RESULTS, now, self._num.get(agent, 0), tids, statuses, attempts, sent,
+                          times, infos if any(infos) else None])
+
+    def resolved(self, resolve: dict[bytes, list[list[Any]]]) -> None:
+        """Tasks resolved without an agent's result (agent number 0 in the item): cancelled,
+        failed dependencies, impossible requests, hard placements on a departed agent."""
+        now = time.time()
+        for items in resolve.values():
+            if all(map(_fourth, items)):
+                continue
+            for item in items:
+                if not item[3]:
+                    payload = item[2]
+                    note = (payload[:300].decode(errors="replace")
+                            if item[1] and isinstance(payload, bytes) and payload else None)
+                    self.rows.append([ATTEMPT, item[0], 0, item[1], 0, None, now, None, note])
+
+    def closed(self, agent: bytes, tids: Iterable[int], status: int, why: str) -> None:
+        """Attempts that ended without a result, before the core hears of it: handed back
+        (RETURN) or cancelled there."""
+        opened, live = self._open, self.live
+        self._close([t for t in tids if t in opened and getattr(live.get(t), "agent", None)
+                     == agent], status, time.time(), why)
+
+    def cancelled(self, tids: Iterable[int]) -> None:
+        """Tasks dropped before they were dispatched (again)."""
+        now = time.time()
+        self.rows.extend([ATTEMPT, tid, 0, _CANCELLED, 0, None, now, None, None] for tid in tids)
+
+    def _close(self, tids: list[int], status: int, now: float, why: str, before: int = 0) -> None:
+        """Attempts that ended without a result, while the core still holds them (its task
+        knows the agent and the attempt; ``before``: 1 when the task was dispatched again
+        already: its spec holds the next attempt's number, its agent is the next one's)."""
+        for tid in tids:
+            sent = self._open.pop(tid, None)
+            task = self.live.get(tid)
+            if sent is None:
+                continue
+            attempt = num = None
+            if task is not None:
+                attempt = task.spec[_T_ATTEMPT] - before
+                num = 0 if before else self._num.get(task.agent, 0)
+            self.rows.append([ATTEMPT, tid, attempt, status, num, sent, now, None, why])
+
+    # ---- writing --------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Pack this turn's records (one msgpack array); write what is packed when there
+        is WRITE_BYTES of it or WRITE_EVERY_S passed since the last write."""
+        if self.rows:
+            rows, self.rows = self.rows, []
+            data = _packb(rows)
+            self._packed.append(data)
+            self._nbytes += len(data)
+        if self._packed and (self._nbytes >= WRITE_BYTES or time.monotonic() >= self._write_at):
+            if not self.failed:
+                self._write(b"".join(self._packed))
+            self._packed.clear()
+            self._nbytes = 0
+            self._write_at = time.monotonic() + WRITE_EVERY_S
+
+    def due(self) -> float:
+        """When packed records must be written (inf: nothing waits); the head's loop wakes
+        up for it (time.monotonic())."""
+        return self._write_at if self._packed else float("inf")
+
+    def close(self, stats: dict[str, Any]) -> None:
+        """Attempts still open are UNFINISHED; agents still there leave with the head; the
+        END record; the file is closed."""
+        now = time.time()
+        self._close(list(self._open), UNFINISHED, now, "the head stopped")
+        for ident in self._agents:  # told to shut down with the head
+            self.rows.append([AGENT_LEAVE, now, self._num.get(ident, 0), "the head stopped", False])
+        self.rows.append([END, now, stats])
+        self._write_at = 0.0
+        self.flush()
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+    def _write(self, data: bytes) -> None:
+        try:
+            while data:
+                n = os.write(self.fd, data)
+                data = data[n:]
+        except OSError as exc:
+            # A run is worth more than its trace: go on without it.
+            import logging
+
+            logging.getLogger("shoal.head").error(
+                "trace %s: cannot write (%s); the run goes on without the trace", self.path,
+                exc.strerror)
+            self.failed = True
+
+
+def check_header(path: str) -> dict[str, Any]:
+    """The first run's header of the trace at ``path``; TraceError if it is not a trace."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError as exc:
+        raise TraceError(f"cannot read trace {path!r}: {exc.strerror}") from None
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
+    unpacker.feed(head)
+    try:
+        first = next(unpacker)
+    except (StopIteration, ValueError, msgpack.UnpackException):
+        first = None
+    if not isinstance(first, dict) or "shoal_trace" not in first:
+        raise TraceError(f"{path!r} is not a shoal trace (no trace header at its start)")
+    if not isinstance(first["shoal_trace"], int) or first["shoal_trace"] > VERSION:
+        raise TraceError(f"trace {path!r} has format {first['shoal_trace']!r}, newer than this "
+                         f"shoal reads ({VERSION})")
+    return first
