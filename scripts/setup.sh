@@ -17,3 +17,10 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
 bash scripts/setup-script-deps.sh
 bash scripts/setup-bundle-deps.sh .venv
+# CPython's own concurrent.futures tests, run against shoal by tests/test_cpython_futures.py
+# (used in place from Debian's package, never copied into this repository)
+if [ ! -e /usr/lib/python3.11/test/test_concurrent_futures.py ] && command -v apt-get >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y --no-install-recommends libpython3.11-testsuite \
+    || { apt-get update && apt-get install -y --no-install-recommends libpython3.11-testsuite; }
+fi

@@ -62,6 +62,7 @@ _current: WorkerContext | None = None
 
 FLUSH_AFTER_S = 0.002     # a result waits at most this long for company before it is sent
 FLUSH_COUNT = 256
+TRUST_RUNS = 8  # runs of a function before its mean run time may delay a result
 LOCAL_KEEP = 2            # sub-tasks per burst a task keeps to run in this process
 LOCAL_AGE_S = 0.001       # a kept sub-task waiting longer than this goes out to the agent
 
@@ -83,6 +84,7 @@ class WorkerContext:
         self.running_slot: Any = None   # shared memory: the task id running now (for the agent)
         self.slot_offset = 0
         self.stats: dict[int, list[float]] = {}  # per function (and kind): [runs, seconds]
+        self.seen: dict[int, list[float]] = {}   # the same, since this worker started
         self.queue: deque[list[Any]] = deque()
         self.runnable: deque[greenlet.greenlet] = deque()
         self.funcs: dict[int, Callable[..., Any]] = {}
@@ -202,6 +204,8 @@ class WorkerContext:
                     if self.running_slot is not None and self.running_slot[self.slot_offset + 16]:
                         self._give_back()
                         break
+                    if self.out_results and self._maybe_slow(self.queue[0]):
+                        self.flush()  # finished results must not wait behind a long task
                     self._start(self.queue.popleft())
                 else:
                     break
@@ -210,6 +214,12 @@ class WorkerContext:
                     or time.monotonic() - self.first_unsent > FLUSH_AFTER_S
                 ):
                     self.flush()
+
+    def _maybe_slow(self, spec: list[Any]) -> bool:
+        """False only for a function that ran here TRUST_RUNS times, in under FLUSH_AFTER_S
+        on average: results of short tasks still travel together."""
+        st = self.seen.get(spec[2] if spec[1] == P.PY else -spec[2])
+        return st is None or st[0] < TRUST_RUNS or st[1] > FLUSH_AFTER_S * st[0]
 
     def _give_back(self) -> None:
         """The agent drains: drop every queued task not started and say which."""
@@ -263,6 +273,12 @@ class WorkerContext:
             st = self.stats.get(key)
             if st is None:
                 self.stats[key] = [1, dt]
+            else:
+                st[0] += 1
+                st[1] += dt
+            st = self.seen.get(key)
+            if st is None:
+                self.seen[key] = [1, dt]
             else:
                 st[0] += 1
                 st[1] += dt

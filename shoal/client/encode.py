@@ -7,6 +7,7 @@ cache it by id); a task carries only its function id and its pickled arguments.
 from __future__ import annotations
 
 import pickle
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -17,17 +18,21 @@ from shoal.transport import protocol as P
 from shoal.transport.keys import qualified_name
 
 
-class EncodeError(TypeError):
-    """A function or an argument of a task cannot be sent to a worker (unpicklable)."""
+class EncodeError(TypeError, pickle.PicklingError):
+    """A function or an argument of a task cannot be sent to a worker (unpicklable); a
+    ``pickle.PicklingError``, as ``ProcessPoolExecutor`` raises for it."""
 
 
 class Encoder:
     """Allocates task and function ids for one origin and pickles what tasks carry."""
 
-    def __init__(self, origin: int) -> None:
+    def __init__(self, origin: int, wrap: Callable[[Callable[..., Any]], Any] | None = None) -> None:
         self.origin = origin << 32
         self.seq = 0
-        self._fids: dict[int, tuple[Any, int]] = {}
+        self.wrap = wrap  # what workers get in place of each function (shoal.client.workerinit)
+        # id(fn) -> (a weak reference to fn, its fid): a function that is gone is forgotten
+        # (its id may be reused), and a task does not keep its function alive
+        self._fids: dict[int, tuple[Callable[[], Any], int]] = {}
         self.new_funcs: dict[int, bytes] = {}
         self.new_names: dict[int, str] = {}  # fid -> "module.qualname": the head's journal keys
 
@@ -37,14 +42,14 @@ class Encoder:
 
     def fid(self, fn: Callable[..., Any]) -> int:
         entry = self._fids.get(id(fn))
-        if entry is not None and entry[0] is fn:
+        if entry is not None and entry[0]() is fn:
             return entry[1]
         try:
-            blob = cloudpickle.dumps(fn, protocol=5)
+            blob = cloudpickle.dumps(fn if self.wrap is None else self.wrap(fn), protocol=5)
         except Exception as exc:  # noqa: BLE001 - any failure: name the function
             raise EncodeError(f"cannot send function {_name(fn)} to a worker: {exc}") from exc
         fid = self.next_tid()
-        self._fids[id(fn)] = (fn, fid)  # keeps fn alive so id(fn) is not reused
+        self._fids[id(fn)] = (_ref(fn, self._fids), fid)
         self.new_funcs[fid] = blob
         self.new_names[fid] = qualified_name(fn)
         return fid
@@ -101,6 +106,22 @@ class Encoder:
 
 
 _pdumps = pickle.dumps
+
+
+def _ref(fn: Any, fids: dict[int, Any]) -> Callable[[], Any]:
+    """A weak reference to ``fn`` that drops its entry from ``fids`` when ``fn`` dies (a
+    strong one for the few callables that take no weak reference)."""
+    key = id(fn)
+
+    def forget(ref: Any) -> None:
+        entry = fids.get(key)
+        if entry is not None and entry[0] is ref:
+            del fids[key]
+
+    try:
+        return weakref.ref(fn, forget)
+    except TypeError:
+        return lambda: fn
 _PLAIN = frozenset({int, float, str, bytes, bool, type(None), complex})
 
 

@@ -17,7 +17,9 @@ import concurrent.futures as cf
 import dataclasses
 import itertools
 import math
+import multiprocessing
 import os
+import secrets
 import threading
 import time
 import weakref
@@ -29,7 +31,16 @@ import zmq
 from shoal.client import options as O
 from shoal.client.command import Command
 from shoal.client.encode import EncodeError, Encoder
-from shoal.client.future import ExecutorError, HeadLost, ShoalFuture, deliver, wake
+from shoal.client.future import (
+    _LOG,
+    ExecutorError,
+    HeadLost,
+    InitializerError,
+    ShoalFuture,
+    deliver,
+    wake,
+)
+from shoal.client.workerinit import wrapper as init_wrapper
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
 from shoal.transport.session import PeerSession, secure_client, server_key
@@ -46,6 +57,7 @@ TIMEOUT_S = 8.0
 _NO_DEPS: list[int] = []  # shared by every task without dependencies: never mutated
 
 _live: weakref.WeakSet[Executor] = weakref.WeakSet()
+_global_shutdown = False  # the interpreter is exiting: no new tasks (see _python_exit)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,8 +81,15 @@ class Executor(cf.Executor):
     and when this process dies. ``Executor(connect="run.json")`` joins a running head
     (see ``shoal head`` and ``shoal agent``) instead.
 
-    :param workers: warm Python workers of the local agent (default: one per core).
-    :param slots: cores of the local agent (default: ``workers``, or the core count).
+    :param max_workers: warm Python workers of the local agent (default: one per core),
+        > 0 as for ``concurrent.futures``; ``workers=`` is the same, and may be 0 (an agent
+        for commands only).
+    :param initializer: called as ``initializer(*initargs)`` once in each worker process
+        before the first of this executor's Python tasks there; if it raises, the executor
+        is broken (``_broken``): pending and later tasks fail with :class:`InitializerError`
+        (a ``BrokenProcessPool``), as with ``ProcessPoolExecutor``.
+    :param initargs: arguments of ``initializer``.
+    :param slots: cores of the local agent (default: ``max_workers``, or the core count).
     :param schedule: ``"dynamic"`` (tasks pulled as slots free up) or ``"static"`` (each
         ``map`` is split into contiguous blocks, one per slot, up front).
     :param prefetch: tasks queued per slot beyond the one running (dynamic schedule).
@@ -109,8 +128,11 @@ class Executor(cf.Executor):
 
     def __init__(
         self,
-        workers: int | None = None,
+        max_workers: int | None = None,
         *,
+        initializer: Callable[..., object] | None = None,
+        initargs: tuple[Any, ...] = (),
+        workers: int | None = None,
         slots: int | None = None,
         schedule: str = "dynamic",
         prefetch: int = 1,
@@ -131,8 +153,19 @@ class Executor(cf.Executor):
     ) -> None:
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, not {schedule!r}")
+        if max_workers is not None:
+            if isinstance(max_workers, bool) or not isinstance(max_workers, int):
+                raise TypeError(f"max_workers must be an int, not {max_workers!r}")
+            if max_workers <= 0:
+                raise ValueError("max_workers must be greater than 0")
+            if workers is not None and workers != max_workers:
+                raise ValueError(f"max_workers={max_workers} and workers={workers}: give one")
+            workers = max_workers
         if workers is not None and workers < 0:
             raise ValueError("workers must be >= 0")
+        if initializer is not None and not callable(initializer):
+            raise TypeError("initializer must be a callable")
+        initargs = tuple(initargs)
         self._opts = O.task_opts(O.retries_value(retries), None,
                                  None if task_timeout is None else O.timeout_value(task_timeout, "task_timeout"))
         if heartbeat_timeout is not None:
@@ -201,6 +234,12 @@ class Executor(cf.Executor):
         self._shutdown = False
         self._closed = False
         self._error: BaseException | None = None
+        self._broken: str | bool = False  # as ProcessPoolExecutor's: why, once broken
+        # the caller's multiprocessing authkey goes only to the workers of a runtime this
+        # executor started (Manager proxies connect back with it; see workerinit)
+        self._wrap = init_wrapper(
+            initializer, initargs, secrets.token_hex(8),
+            bytes(multiprocessing.current_process().authkey) if connect is None else None)
         self._io_sleeping = False
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._welcome = threading.Event()
@@ -372,8 +411,9 @@ class Executor(cf.Executor):
             self._shutdown = True
         if cancel_futures:
             futs = [f for f in list(self._futures.values()) if not f.done()]
-            if futs:  # as concurrent.futures does: what already runs finishes
-                self._cancel(futs, queued_only=True)
+            if futs:  # as concurrent.futures does: what already runs finishes, and so do
+                # the first unsent tasks, one per slot (ProcessPoolExecutor's call queue)
+                self._cancel(futs, queued_only=True, keep_unsent=max(1, self._slots))
                 for f in futs:
                     if f.tid not in self._futures:
                         f._settle(None, None, cancelled=True)
@@ -408,6 +448,8 @@ class Executor(cf.Executor):
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
+            if _global_shutdown:
+                raise RuntimeError("cannot schedule new futures after interpreter shutdown")
             if self._error is not None:
                 raise self._error
             enc = self._encoder
@@ -456,6 +498,8 @@ class Executor(cf.Executor):
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
+            if _global_shutdown:
+                raise RuntimeError("cannot schedule new futures after interpreter shutdown")
             if self._error is not None:
                 raise self._error
             enc = self._encoder
@@ -491,29 +535,42 @@ class Executor(cf.Executor):
         return _results(futs, deadline, chunksize > 1)
 
     # ---- owner hooks used by ShoalFuture ----------------------------------------------------
-    def _cancel(self, futs: list[ShoalFuture], queued_only: bool = False) -> bool:
+    def _cancel(self, futs: list[ShoalFuture], queued_only: bool = False,
+                keep_unsent: int = 0) -> bool:
         """Drop the tasks of ``futs``: those not sent yet here, the others through the
         head (which stops them where they run, unless ``queued_only``). True when the head
-        says it stopped or dropped them (for one future: that one; for many: at least one)."""
+        says it stopped or dropped them (for one future: that one; for many: at least one).
+        ``keep_unsent``: the first that many unsent tasks are sent and run (shutdown)."""
         tids = {f.tid for f in futs}
         with self._lock:
-            kept = [s for s in self._pending if s[0] not in tids]
-            kept_static = [s for s in self._pending_static if s[0] not in tids]
-            local = (len(self._pending) - len(kept)) + (len(self._pending_static) - len(kept_static))
+            keep: set[int] = set()
+            if keep_unsent:
+                unsent = itertools.chain(self._pending, self._pending_static)
+                keep = {s[0] for s in itertools.islice(unsent, keep_unsent)}
+            removed: set[int] = set()
+            kept: list[list[Any]] = []
+            kept_static: list[list[Any]] = []
+            for specs, out in ((self._pending, kept), (self._pending_static, kept_static)):
+                for spec in specs:
+                    if spec[0] in tids and spec[0] not in keep:
+                        removed.add(spec[0])
+                    else:
+                        out.append(spec)
             self._pending, self._pending_static = kept, kept_static
-        if local == len(tids):
-            for t in tids:
+            for t in removed:  # never sent: the head cannot answer for them
                 self._futures.pop(t, None)
-            return True
+        remote = tids - removed - keep
+        if not remote:
+            return bool(removed)
         try:
-            msg = [P.CANCEL, None, sorted(tids), True] if queued_only else [P.CANCEL, None, sorted(tids)]
+            msg = [P.CANCEL, None, sorted(remote), True] if queued_only else [P.CANCEL, None, sorted(remote)]
             done = set(self._request(msg, 30.0)[0])
         except ExecutorError:
-            return False
+            return bool(removed)
         for t in done:
             self._futures.pop(t, None)
         if len(futs) > 1:  # bulk (shutdown): mark what the head dropped
-            return bool(done)
+            return bool(done or removed)
         return futs[0].tid in done
 
     def _request(self, msg: list[Any], timeout: float) -> list[Any]:
@@ -600,6 +657,7 @@ class Executor(cf.Executor):
                         kind = msg[0]
                         if kind == P.RESULTS:
                             pop = futures.pop
+                            broken = None
                             for r in msg[1]:
                                 fut = pop(r[0], None)
                                 if fut is not None:
@@ -607,7 +665,12 @@ class Executor(cf.Executor):
                                         fut._agent_num = r[3]
                                     deliver(fut, r[1], r[2], r[4] if len(r) > 4 else None,
                                             notify=False)
+                                    if r[1] != P.OK and isinstance(fut._exception, InitializerError):
+                                        broken = fut._exception
                             wake(fcond)  # once per message, not per future
+                            fut = r = None  # this thread must not keep a result alive
+                            if broken is not None:
+                                self._break(broken)
                         elif kind in (P.CANCEL, P.STATS, P.AGENTS):
                             waiter = self._waiting_replies.pop(msg[1], None)
                             if waiter is not None:
@@ -615,7 +678,7 @@ class Executor(cf.Executor):
                                 waiter[0].set()
                         elif kind == P.WELCOME:
                             info = msg[1]
-                            self._encoder = Encoder(info["origin"])
+                            self._encoder = Encoder(info["origin"], self._wrap)
                             if not self._slots:
                                 self._slots = int(info.get("slots") or 0)
                             beat = self._heartbeat_s = float(info.get("heartbeat_s") or HEARTBEAT_S)
@@ -648,8 +711,26 @@ class Executor(cf.Executor):
         except zmq.ZMQError as exc:
             if not self._closed:
                 self._fail_all(ExecutorError(f"transport failed: {exc}"))
+        except BaseException as exc:  # noqa: BLE001 - no future may wait for a dead thread
+            self._fail_all(ExecutorError(f"the client's I/O thread failed: {exc!r}"))
+            raise
         finally:
             self._welcome.set()
+
+    def _break(self, exc: InitializerError) -> None:
+        """A worker's initializer failed: as ProcessPoolExecutor, fail what is pending and
+        refuse new tasks; the head drops this executor's queued tasks (I/O thread)."""
+        cause = exc.__cause__
+        _LOG.critical("Exception in initializer:\n%s", cause if cause is not None else exc)
+        with self._lock:
+            self._pending, self._pending_static = [], []
+            tids = sorted(self._futures)
+        self._broken = ("A worker initializer failed, the executor is not usable anymore: "
+                        f"{str(exc).rpartition(': ')[2] or exc}")
+        self._fail_all(InitializerError(self._broken))
+        if tids:
+            with self._lock:
+                self._requests.append(([P.CANCEL, None, tids], threading.Event(), []))
 
     def _fail_all(self, exc: BaseException) -> None:
         with self._lock:
@@ -758,16 +839,18 @@ def _wait_all(futs: list[ShoalFuture]) -> None:
 
 
 def _results(futs: list[ShoalFuture], deadline: float | None, chunked: bool) -> Iterator[Any]:
+    """The values of ``futs`` in order. Holds no reference to a value it handed out, nor
+    to a future it took the value from (as concurrent.futures' map)."""
     try:
-        futs.reverse()  # pop from the end: results in order, finished futures freed
+        futs.reverse()  # take from the end: results in order, finished futures freed
         while futs:
-            f = futs.pop()
-            left = None if deadline is None else deadline - time.monotonic()
-            value = f.result(left) if left is None or left > 0 else f.result(0)
             if chunked:
-                yield from value
+                chunk = _take(futs, deadline)
+                chunk.reverse()
+                while chunk:
+                    yield chunk.pop()
             else:
-                yield value
+                yield _take(futs, deadline)
     finally:
         left_over = [f for f in futs if not f.done()]
         if left_over:  # the caller stopped early (error, timeout, close): drop the rest at once
@@ -778,8 +861,33 @@ def _results(futs: list[ShoalFuture], deadline: float | None, chunked: bool) -> 
                         f._settle(None, None, cancelled=True)
 
 
+def _take(futs: list[ShoalFuture], deadline: float | None) -> Any:
+    """The value of the last future of ``futs``, removed once it has one; if it raises (a
+    timeout...), it stays for the caller to cancel with the rest."""
+    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+    value = futs[-1].result(left)
+    del futs[-1]
+    return value
+
+
+def _python_exit() -> None:
+    """At interpreter exit, before atexit hooks (as concurrent.futures does): refuse new
+    tasks, and wait for every live executor's pending tasks before stopping it, also of
+    those shut down with ``wait=False``."""
+    global _global_shutdown
+    _global_shutdown = True
+    for ex in list(_live):
+        try:
+            ex._finish_later()
+        except Exception:  # noqa: BLE001 - best effort at interpreter exit
+            pass
+
+
+threading._register_atexit(_python_exit)  # type: ignore[attr-defined]
+
+
 @atexit.register
-def _shutdown_all() -> None:
+def _shutdown_all() -> None:  # what _python_exit did not finish (e.g. it was interrupted)
     for ex in list(_live):
         try:
             ex.shutdown(wait=False, cancel_futures=True)

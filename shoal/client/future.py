@@ -20,6 +20,7 @@ import pickle
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from shoal.transport import protocol as P
@@ -36,9 +37,10 @@ class ExecutorError(RuntimeError):
     """The runtime behind an executor failed (the head stopped or cannot be reached)."""
 
 
-class HeadLost(ExecutorError):
+class HeadLost(ExecutorError, BrokenProcessPool):
     """The head of the run is gone (its process exited, or it was silent past the
-    heartbeat timeout): every pending future fails with it, and so does every later submit."""
+    heartbeat timeout): every pending future fails with it, and so does every later submit.
+    A ``BrokenProcessPool`` (what ``ProcessPoolExecutor`` raises when it breaks)."""
 
 
 class TaskTimeout(TimeoutError):
@@ -61,9 +63,15 @@ class RemoteError(Exception):
     """A task raised an exception that could not itself be sent back (unpicklable)."""
 
 
-class TaskLost(Exception):
+class TaskLost(BrokenProcessPool):
     """The worker or agent running the task died before the task finished (and the
-    crash limit or the retries were used up)."""
+    crash limit or the retries were used up). A ``BrokenProcessPool``, which is what
+    ``ProcessPoolExecutor`` raises when a worker dies; unlike it, the executor goes on."""
+
+
+class InitializerError(BrokenProcessPool):
+    """``Executor(initializer=)`` raised in a worker: as with ``ProcessPoolExecutor``, the
+    executor is broken from then on (pending and later tasks fail with this error)."""
 
 
 class DependencyError(Exception):
@@ -204,7 +212,7 @@ class ShoalFuture(cf.Future):
         for callback in cbs or ():
             try:
                 callback(self)
-            except Exception:
+            except BaseException:  # noqa: BLE001 - also SystemExit: the I/O thread must go on
                 _LOG.exception("exception calling callback for %r", self)
 
     # ---- resolving ----------------------------------------------------------------------
@@ -342,8 +350,11 @@ def decode_error(status: int, payload: bytes, what: str = "task") -> BaseExcepti
     if status == P.ERR and payload[:1] == b"\x80":  # a pickle (protocol >= 2)
         try:
             exc, tb_text = pickle.loads(payload)
-        except Exception as load_exc:  # noqa: BLE001 - e.g. exception class not importable here
-            return RemoteError(f"{what} raised an exception that cannot be loaded here: {load_exc}")
+        except BaseException as load_exc:  # noqa: BLE001 - e.g. class not importable here,
+            # or SystemExit from a __setstate__: it must not stop the thread that delivers
+            err = RemoteError(f"{what} raised an exception that cannot be loaded here: {load_exc!r}")
+            err.__cause__ = load_exc
+            return err
         if tb_text:
             exc.__cause__ = RemoteTraceback(tb_text)
             if hasattr(exc, "add_note"):
@@ -379,9 +390,10 @@ def deliver(fut: ShoalFuture, status: int, payload: bytes, attempts: Sequence[st
     if status == P.OK:
         try:
             value = loads(payload)
-        except Exception as exc:  # noqa: BLE001
-            fut._settle(None, RemoteError(f"result of task cannot be loaded here: {exc!r}"),
-                        notify=notify)
+        except BaseException as exc:  # noqa: BLE001 - SystemExit too: this future only fails
+            err = RemoteError(f"result of task cannot be loaded here: {exc!r}")
+            err.__cause__ = exc
+            fut._settle(None, err, notify=notify)
             return
         fut._settle(value, None, notify=notify)
     elif status == P.CANCELLED:

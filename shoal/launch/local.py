@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from shoal.launch.launchers import Launcher
 
 EXIT_HEAD_LOST = 3  # the agent's exit status when it lost its head (shoal.agent.headlink)
+AGENT_GRACE_S = 0.2  # how long stop() lets the agent exit on its own once the head is gone
 
 
 class LocalCluster:
@@ -70,12 +71,18 @@ class LocalCluster:
              "--prefetch", str(prefetch), "--exit-when-idle", "--quiet", "--remove-dir", *policy],
             **common,
         )
+        # The agent reads the connection from a pipe, not the file: the head removes the
+        # file's directory when it exits, which an executor shut down at once can make
+        # happen before the agent has even started reading.
+        agent_common = {**common, "stdin": subprocess.PIPE}
         self.agent = subprocess.Popen(
-            [py, "-m", "shoal.agent", "--connection", self.connfile, "--owner-pid", me,
+            [py, "-m", "shoal.agent", "--connection", "/dev/stdin", "--owner-pid", me,
              "--slots", str(slots), "--workers", str(self.workers), "--sys-path", path,
              "--quiet", *resources],
-            **common,
+            **agent_common,
         )
+        with open(self.connfile, "rb") as fh, self.agent.stdin as pipe:  # type: ignore[union-attr]
+            pipe.write(fh.read())
         self._stopped = False
         self._pidfds: dict[int, subprocess.Popen[bytes]] = {}
         for p in (self.head, self.agent):
@@ -141,11 +148,21 @@ class LocalCluster:
             return
         self._stopped = True
         deadline = time.monotonic() + timeout
-        for p in (self.head, self.agent):
+        try:
+            self.head.wait(max(0.05, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.head.send_signal(signal.SIGTERM)
+        # An agent that had joined heard SHUTDOWN from the head and is gone within tens of
+        # ms; one still starting (an executor shut down right after it was made) never
+        # hears it and would wait out the heartbeat timeout: stop it. SIGTERM is quiet
+        # before its handlers are set; after, the first one drains (nothing to drain
+        # here) and a second stops it at once, in order.
+        for grace in (AGENT_GRACE_S, 0.2):
             try:
-                p.wait(max(0.05, deadline - time.monotonic()))
+                self.agent.wait(min(grace, max(0.05, deadline - time.monotonic())))
+                break
             except subprocess.TimeoutExpired:
-                p.send_signal(signal.SIGTERM)
+                self.agent.send_signal(signal.SIGTERM)
         for p in (self.head, self.agent):
             try:
                 p.wait(2.0)
