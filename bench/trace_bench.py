@@ -29,12 +29,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+# the same cells, timed the same way as the journal's cost (this directory is on sys.path)
+from journal_bench import inc, w1, w2  # noqa: E402,F401
+
 from shoal import Command, Executor
 from shoal.transport.connfile import Connection
-
-
-def inc(x: int) -> int:
-    return x + 1
 
 
 def cpu_s(pid: int) -> float:
@@ -87,26 +86,6 @@ def runtime(trace: str | None, workers: int, slots: int) -> Iterator[tuple[Execu
                 p.send_signal(signal.SIGKILL)
                 p.wait()
         shutil.rmtree(rundir, ignore_errors=True)
-
-
-def w1(ex: Executor, n: int) -> float:
-    ex.submit(inc, -1).result()  # warm: the agent joined, the function is there, workers up
-    t0 = time.perf_counter()
-    futures = [ex.submit(inc, i) for i in range(n)]
-    results = [f.result() for f in futures]
-    dt = time.perf_counter() - t0
-    assert results == list(range(1, n + 1))
-    return dt
-
-
-def w2(ex: Executor, n: int) -> float:
-    ex.submit(Command(["/bin/true"])).result()
-    t0 = time.perf_counter()
-    futures = [ex.submit(Command(["/bin/true"])) for _ in range(n)]
-    codes = [f.result().returncode for f in futures]
-    dt = time.perf_counter() - t0
-    assert codes == [0] * n
-    return dt
 
 
 def cell(name: str, n: int, trace: bool) -> tuple[float, int, float, float, float]:
