@@ -44,7 +44,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from shoal.head.placement import BACKOFF, DISPATCHED, QUEUED, WAITING, Placement, parse_need
+from shoal.head.need import BACKOFF, DISPATCHED, QUEUED, WAITING, parse_need
+from shoal.head.placement import Placement
 from shoal.head.state import AgentState, Decisions, Task, _err, _plural_gpus
 from shoal.transport.protocol import (
     CANCELLED,

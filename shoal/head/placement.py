@@ -45,77 +45,16 @@ import heapq
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from shoal.head.need import DISPATCHED, Need
 from shoal.transport.protocol import ERR, T_ATTEMPT
 
 if TYPE_CHECKING:
-    from shoal.head.core import SchedulerCore
+    from collections.abc import Callable
+
     from shoal.head.state import AgentState, Decisions, Task
 
-# task states (the core's): QUEUED: ready (in a queue or an agent's own queue); BACKOFF: a
-# failed attempt waits for its retry (the server calls ``requeue`` when the delay is over)
-QUEUED, WAITING, DISPATCHED, BACKOFF = 0, 1, 2, 3
 
-RESOURCE_KEYS = ("gpus", "memory", "ranks", "nodes", "exclusive", "timeout")
 _ALL = 1 << 40  # an exclusive reservation: every core
-
-
-class Need:
-    """One task's request; per rank for MPI tasks (``ranks`` > 0)."""
-
-    __slots__ = ("cores", "gpus", "memory", "ranks", "nodes", "exclusive", "limit", "key", "big")
-
-    def __init__(self, cores: int, gpus: int, memory: int, ranks: int, nodes: int,
-                 exclusive: bool, limit: float | None) -> None:
-        self.cores = cores
-        self.gpus = gpus
-        self.memory = memory
-        self.ranks = ranks
-        self.nodes = nodes
-        self.exclusive = exclusive
-        self.limit = limit
-        self.key = (cores, gpus, memory, ranks, nodes, exclusive, limit)
-        # large enough to deserve a reservation (a 1-core task only ever waits for credit)
-        self.big = cores > 1 or gpus > 0 or memory > 0 or ranks > 0 or exclusive
-
-    def capacity_key(self) -> tuple[Any, ...]:
-        return self.key[:6]
-
-
-def _int_opt(opts: dict[str, Any], key: str, low: int) -> int | str:
-    v = opts.get(key)
-    if v is None:
-        return 0
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        return f"{key!r} must be an integer >= {low}, not {v!r}"
-    return v
-
-
-def parse_need(cores: Any, opts: dict[str, Any] | None) -> Need | str | None:
-    """The request of a task: None (plain: cores only), a :class:`Need`, or an error text."""
-    if cores.__class__ is not int or cores < 1:
-        return f"cores must be an integer >= 1, not {cores!r}"
-    if not opts or not any(k in opts for k in RESOURCE_KEYS):
-        return None
-    vals = []
-    for key, low in (("gpus", 0), ("memory", 0), ("ranks", 1), ("nodes", 1)):
-        v = _int_opt(opts, key, low)
-        if isinstance(v, str):
-            return v
-        vals.append(v)
-    gpus, memory, ranks, nodes = vals
-    if nodes and not ranks:
-        return "'nodes' is for MPI tasks: give 'ranks' too"
-    if nodes > ranks:
-        return f"{ranks} ranks cannot spread over {nodes} nodes"
-    excl = opts.get("exclusive", False)
-    if not isinstance(excl, bool):
-        return f"'exclusive' must be True or False, not {excl!r}"
-    limit = opts.get("timeout")
-    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
-        limit = None  # the agent enforces (or reports) the time limit; here it only gates end_time
-    if not (gpus or memory or ranks or excl or limit):
-        return None
-    return Need(cores, gpus, memory, ranks, nodes, excl, float(limit) if limit else None)
 
 
 def _gib(n: int) -> str:
@@ -131,10 +70,33 @@ def _plural(n: int, word: str) -> str:
 
 
 class Placement:
-    """Mixin of :class:`shoal.head.core.SchedulerCore`: the slow path for shaped tasks."""
+    """Mixin of :class:`shoal.head.core.SchedulerCore`: the slow path for shaped tasks.
+
+    What it uses of the core is declared here (set by the core's ``__init__``), so this module
+    needs nothing from :mod:`shoal.head.core`.
+    """
+
+    tasks: dict[int, Task]
+    ready: deque[int]
+    agents: dict[bytes, AgentState]
+    shaped: dict[tuple[Any, ...], deque[int]]
+    nshaped: int
+    placed: int
+    paused: bool
+    clock: Callable[[], float]
+    resv_tid: int | None
+    resv_agents: tuple[bytes, ...]
+    _live: list[AgentState]
+    _plain_max: int
+    _pass_free: int
+    _holder_seen: bool
+    _why_cache: dict[Any, str | None]
+    _finish: Callable[..., None]
+    _fill_own: Callable[[AgentState, Decisions], None]
+    _steal: Callable[[AgentState, Decisions], None]
 
     # ---- queues of shaped tasks --------------------------------------------------------
-    def _push_shaped(self: SchedulerCore, task: Task, front: bool = False) -> None:
+    def _push_shaped(self, task: Task, front: bool = False) -> None:
         key = task.need.key  # type: ignore[union-attr]
         q = self.shaped.get(key)
         if q is None:
@@ -145,7 +107,7 @@ class Placement:
             q.append(task.tid)
         self.nshaped += 1
 
-    def _unqueue_shaped(self: SchedulerCore, task: Task) -> bool:
+    def _unqueue_shaped(self, task: Task) -> bool:
         key = task.need.key  # type: ignore[union-attr]
         q = self.shaped.get(key)
         if q is None:
@@ -175,12 +137,12 @@ class Placement:
         else:
             a.window = base
 
-    def _ends_ok(self: SchedulerCore, a: AgentState, need: Need) -> bool:
+    def _ends_ok(self, a: AgentState, need: Need) -> bool:
         if need.limit is None or a.end_time is None:
             return True
         return self.clock() + need.limit <= a.end_time
 
-    def _fits(self: SchedulerCore, a: AgentState, need: Need, holder: bool) -> bool:
+    def _fits(self, a: AgentState, need: Need, holder: bool) -> bool:
         """Whether a single-agent task can be sent to ``a`` now (``holder``: it is the
         reservation's holder, which may use what is reserved)."""
         if a.excl or a.draining:
@@ -198,12 +160,12 @@ class Placement:
             return False
         return self._ends_ok(a, need)
 
-    def _capable(self: SchedulerCore, a: AgentState, need: Need) -> bool:
+    def _capable(self, a: AgentState, need: Need) -> bool:
         """Whether ``a`` could ever hold one task (one rank) of this request."""
         return (need.cores <= a.slots and need.gpus <= a.gpus
                 and (not need.memory or not a.memory or need.memory <= a.memory))
 
-    def _rank_room(self: SchedulerCore, a: AgentState, need: Need, holder: bool) -> int:
+    def _rank_room(self, a: AgentState, need: Need, holder: bool) -> int:
         """How many ranks of an MPI task ``a`` can take now (free cores: no prefetch)."""
         if a.excl or a.draining or not self._ends_ok(a, need):
             return 0
@@ -254,7 +216,7 @@ class Placement:
         return None
 
     # ---- dispatch and release ------------------------------------------------------------
-    def _take_shaped(self: SchedulerCore, a: AgentState, task: Task, d: Decisions) -> None:
+    def _take_shaped(self, a: AgentState, task: Task, d: Decisions) -> None:
         need = task.need
         assert need is not None
         mem = need.memory if a.memory else 0
@@ -270,7 +232,7 @@ class Placement:
         task.alloc = ((a.name, need.cores, need.gpus, mem),)
         self._sent(a, task, d)
 
-    def _take_mpi(self: SchedulerCore, plan: list[tuple[AgentState, int]], task: Task,
+    def _take_mpi(self, plan: list[tuple[AgentState, int]], task: Task,
                   d: Decisions) -> None:
         need = task.need
         assert need is not None
@@ -296,7 +258,7 @@ class Placement:
         task.alloc = tuple(alloc)
         self._sent(plan[0][0], task, d)
 
-    def _sent(self: SchedulerCore, a: AgentState, task: Task, d: Decisions) -> None:
+    def _sent(self, a: AgentState, task: Task, d: Decisions) -> None:
         task.state = DISPATCHED
         task.agent = a.name
         a.running.add(task.tid)
@@ -305,7 +267,7 @@ class Placement:
         if task.tid == self.resv_tid:
             self._unreserve()
 
-    def _release(self: SchedulerCore, task: Task) -> None:
+    def _release(self, task: Task) -> None:
         """Give back what a dispatched shaped task holds on every agent."""
         alloc, task.alloc = task.alloc, None
         if not alloc:
@@ -329,7 +291,7 @@ class Placement:
                 self._rewindow(a)
 
     # ---- reservation ---------------------------------------------------------------------
-    def _unreserve(self: SchedulerCore) -> None:
+    def _unreserve(self) -> None:
         names, self.resv_agents, self.resv_tid = self.resv_agents, (), None
         for name in names:
             a = self.agents.get(name)
@@ -338,7 +300,7 @@ class Placement:
                 a.rv_strict = False
                 self._rewindow(a)
 
-    def _reserve(self: SchedulerCore, task: Task, need: Need) -> bool:
+    def _reserve(self, task: Task, need: Need) -> bool:
         """Make ``task`` the holder (see module docstring); False when it cannot be."""
         if not need.big:
             return False
@@ -386,7 +348,7 @@ class Placement:
         return True
 
     # ---- the pass ------------------------------------------------------------------------
-    def _pass(self: SchedulerCore, d: Decisions) -> None:
+    def _pass(self, d: Decisions) -> None:
         """Place queued tasks oldest first across the plain queue and every shape."""
         live = [a for a in self.agents.values() if not a.draining]
         if not live:
@@ -437,7 +399,7 @@ class Placement:
                 if a.credit > 0 and not a.own:
                     self._steal(a, d)
 
-    def _pick(self: SchedulerCore, need: Need, holder: bool, last: AgentState | None) -> AgentState | None:
+    def _pick(self, need: Need, holder: bool, last: AgentState | None) -> AgentState | None:
         if last is not None and self._fits(last, need, holder):
             return last
         best, room = None, None
@@ -448,7 +410,7 @@ class Placement:
                     best, room = a, r
         return best
 
-    def _place_shape(self: SchedulerCore, q: deque[int], bound: float, d: Decisions) -> bool:
+    def _place_shape(self, q: deque[int], bound: float, d: Decisions) -> bool:
         """Send tasks of one shape (its oldest first) while they are older than ``bound``;
         False when its head cannot go now (the shape is blocked for this pass)."""
         tasks = self.tasks
@@ -491,7 +453,7 @@ class Placement:
             if task.seq > bound:
                 return True
 
-    def _place_plain(self: SchedulerCore, bound: float, d: Decisions) -> bool:
+    def _place_plain(self, bound: float, d: Decisions) -> bool:
         """Send plain tasks while they are older than ``bound``; False when the queue's
         head cannot go now."""
         ready, tasks = self.ready, self.tasks
@@ -521,7 +483,7 @@ class Placement:
             if free > 0:
                 self._pass_free -= free - max(0, slots - agent.held - agent.inflight)
 
-    def _pour(self: SchedulerCore, agent: AgentState, bound: float, d: Decisions) -> bool:
+    def _pour(self, agent: AgentState, bound: float, d: Decisions) -> bool:
         ready, tasks = self.ready, self.tasks
         slots = agent.slots
         while ready:
@@ -547,7 +509,7 @@ class Placement:
                 self._unreserve()
         return True
 
-    def _stuck(self: SchedulerCore, q: deque[int], task: Task, need: Need, d: Decisions) -> bool:
+    def _stuck(self, q: deque[int], task: Task, need: Need, d: Decisions) -> bool:
         """The head of a shape fits nowhere now: fail the shape if no agent could ever
         hold it, else make it the holder if none is yet. Returns whether to go on with it."""
         why = self._why_impossible(need)
@@ -566,7 +528,7 @@ class Placement:
         return False
 
     # ---- impossible requests -------------------------------------------------------------
-    def _why_impossible(self: SchedulerCore, need: Need) -> str | None:
+    def _why_impossible(self, need: Need) -> str | None:
         """Why no connected agent (set of agents) could ever run this request; None when
         one could, or when no agent is connected (tasks wait for one)."""
         key = need.capacity_key()
@@ -580,7 +542,7 @@ class Placement:
         self._why_cache[key] = why
         return why
 
-    def _explain(self: SchedulerCore, need: Need, live: list[AgentState]) -> str | None:
+    def _explain(self, need: Need, live: list[AgentState]) -> str | None:
         per = " per rank" if need.ranks else ""
         ok = [a for a in live if self._capable(a, need)]
         if not ok:
@@ -628,7 +590,7 @@ class Placement:
         total = sum(r for _, r in rooms)
         return f"asks for {what}; all {_plural(len(live), 'agent')} together hold {total}"
 
-    def _fail_impossible(self: SchedulerCore, d: Decisions, only: list[int] | None = None) -> bool:
+    def _fail_impossible(self, d: Decisions, only: list[int] | None = None) -> bool:
         """Fail queued tasks no connected agent could ever run (see module docstring);
         ``only``: just these plain tasks. Returns whether any failed."""
         if self.paused:

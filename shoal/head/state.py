@@ -7,7 +7,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from shoal.head.placement import QUEUED, Need
+from shoal.head.need import QUEUED, Need
 from shoal.transport.protocol import T_ATTEMPT, T_CORES, T_OPTS, T_OWNER, T_PLACE, TASK_LEN
 
 

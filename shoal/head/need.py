@@ -1,0 +1,74 @@
+"""A task's resource request as the scheduler core sees it, and the core's task states.
+
+Shared by the core, its records (:mod:`shoal.head.state`) and its placement rules
+(:mod:`shoal.head.placement`), so none of them imports another for these words.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# task states (the core's): QUEUED: ready (in a queue or an agent's own queue); BACKOFF: a
+# failed attempt waits for its retry (the server calls ``requeue`` when the delay is over)
+QUEUED, WAITING, DISPATCHED, BACKOFF = 0, 1, 2, 3
+
+RESOURCE_KEYS = ("gpus", "memory", "ranks", "nodes", "exclusive", "timeout")
+
+
+class Need:
+    """One task's request; per rank for MPI tasks (``ranks`` > 0)."""
+
+    __slots__ = ("cores", "gpus", "memory", "ranks", "nodes", "exclusive", "limit", "key", "big")
+
+    def __init__(self, cores: int, gpus: int, memory: int, ranks: int, nodes: int,
+                 exclusive: bool, limit: float | None) -> None:
+        self.cores = cores
+        self.gpus = gpus
+        self.memory = memory
+        self.ranks = ranks
+        self.nodes = nodes
+        self.exclusive = exclusive
+        self.limit = limit
+        self.key = (cores, gpus, memory, ranks, nodes, exclusive, limit)
+        # large enough to deserve a reservation (a 1-core task only ever waits for credit)
+        self.big = cores > 1 or gpus > 0 or memory > 0 or ranks > 0 or exclusive
+
+    def capacity_key(self) -> tuple[Any, ...]:
+        return self.key[:6]
+
+
+def _int_opt(opts: dict[str, Any], key: str, low: int) -> int | str:
+    v = opts.get(key)
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        return f"{key!r} must be an integer >= {low}, not {v!r}"
+    return v
+
+
+def parse_need(cores: Any, opts: dict[str, Any] | None) -> Need | str | None:
+    """The request of a task: None (plain: cores only), a :class:`Need`, or an error text."""
+    if cores.__class__ is not int or cores < 1:
+        return f"cores must be an integer >= 1, not {cores!r}"
+    if not opts or not any(k in opts for k in RESOURCE_KEYS):
+        return None
+    vals = []
+    for key, low in (("gpus", 0), ("memory", 0), ("ranks", 1), ("nodes", 1)):
+        v = _int_opt(opts, key, low)
+        if isinstance(v, str):
+            return v
+        vals.append(v)
+    gpus, memory, ranks, nodes = vals
+    if nodes and not ranks:
+        return "'nodes' is for MPI tasks: give 'ranks' too"
+    if nodes > ranks:
+        return f"{ranks} ranks cannot spread over {nodes} nodes"
+    excl = opts.get("exclusive", False)
+    if not isinstance(excl, bool):
+        return f"'exclusive' must be True or False, not {excl!r}"
+    limit = opts.get("timeout")
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0:
+        limit = None  # the agent enforces (or reports) the time limit; here it only gates end_time
+    if not (gpus or memory or ranks or excl or limit):
+        return None
+    return Need(cores, gpus, memory, ranks, nodes, excl, float(limit) if limit else None)
