@@ -64,7 +64,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import repeat
 from operator import itemgetter
 from typing import Any
@@ -132,8 +132,13 @@ class Recorder:
     numbers and MPI hosts).
     """
 
-    def __init__(self, path: str, run_id: str = "") -> None:
+    def __init__(self, path: str, run_id: str = "",
+                 clock: Callable[[], float] = time.time,
+                 header: dict[str, Any] | None = None) -> None:
+        """``clock``: where the record times come from (the simulator gives its virtual
+        clock; the head the wall clock); ``header``: more fields for the run's header."""
         self.path = path
+        self.clock = clock
         if os.path.isdir(path):
             raise TraceError(f"--trace {path!r}: a directory, not a file")
         try:
@@ -157,8 +162,8 @@ class Recorder:
         self._packed: list[bytes] = []     # packed turns not written yet
         self._nbytes = 0
         self._write_at = 0.0
-        header = {"shoal_trace": VERSION, "t": time.time(), "pid": os.getpid(),
-                  "host": socket.gethostname(), "run_id": run_id}
+        header = {"shoal_trace": VERSION, "t": self.clock(), "pid": os.getpid(),
+                  "host": socket.gethostname(), "run_id": run_id, **(header or {})}
         # written with the first turn's records (the head's loop flushes at once), so a head
         # that fails to start (its address taken) adds no empty run to the file
         self._packed.append(_packb(header))
@@ -170,11 +175,11 @@ class Recorder:
         name = ident.decode(errors="replace")
         if role == "agent" and res is not None:
             self._agents.add(ident)
-            self.rows.append([AGENT_JOIN, time.time(), num, name, res["node"],
+            self.rows.append([AGENT_JOIN, self.clock(), num, name, res["node"],
                               int(info.get("slots", 0)), res["gpus"], res["memory"],
                               str(info.get("host", "")), info.get("pid")])
         else:
-            self.rows.append([CLIENT_JOIN, time.time(), num, name, str(info.get("host", "")),
+            self.rows.append([CLIENT_JOIN, self.clock(), num, name, str(info.get("host", "")),
                               info.get("pid")])
 
     def agent_leaving(self, ident: bytes, reason: str, lost: bool, running: Iterable[int],
@@ -183,7 +188,7 @@ class Recorder:
         it leads, end LOST (or RETURNED when it left in order); ``holds``, MPI tasks led by
         other agents with a share on it, end REVOKED."""
         self._agents.discard(ident)
-        now = time.time()
+        now = self.clock()
         self.rows.append([AGENT_LEAVE, now, self._num.get(ident, 0), reason, lost])
         opened = self._open
         self._close([t for t in running if t in opened], _LOST if lost else RETURNED, now,
@@ -195,7 +200,7 @@ class Recorder:
     def client_leaving(self, ident: bytes, num: int, reason: str) -> None:
         """A client left, before the core drops its tasks (and its tasks' sub-tasks: the
         core's rule, ``shoal.head.core.cancel_owner``)."""
-        now = time.time()
+        now = self.clock()
         self.rows.append([CLIENT_LEAVE, now, self._num.pop(ident, 0), reason])
         mine = [tid for tid, t in self.live.items()
                 if t.owner == ident or t.spec[_T_OWNER] == num]
@@ -222,7 +227,7 @@ class Recorder:
         if any(opts):
             requests = [[o.get("gpus", 0), o.get("ranks", 0)]
                         if o and ("gpus" in o or "ranks" in o) else None for o in opts]
-        self.rows.append([SUBMIT, time.time(), list(map(_first, specs)),
+        self.rows.append([SUBMIT, self.clock(), list(map(_first, specs)),
                           _column(list(map(_col_owner, specs))), _column(kinds), _column(whats),
                           _column(list(map(_col_cores, specs))), requests])
 
@@ -230,9 +235,9 @@ class Recorder:
         opened = self._open
         tids = list(map(_first, specs))
         if not opened.keys().isdisjoint(tids):  # a last attempt ended without word: closed
-            self._close([t for t in tids if t in opened], REVOKED, time.time(),
+            self._close([t for t in tids if t in opened], REVOKED, self.clock(),
                         "given up by the head", before=1)
-        opened.update(zip(tids, repeat(time.time())))
+        opened.update(zip(tids, repeat(self.clock())))
         if any(map(_col_opts, specs)):  # MPI tasks: where their ranks go
             for spec in specs:
                 opts = spec[_T_OPTS]
@@ -245,7 +250,7 @@ class Recorder:
         gets them). The hot path of a traced run: C-level ``map`` where it can."""
         if not items:
             return
-        now = time.time()
+        now = self.clock()
         if len(items[0]) == 6 and len(set(map(len, items))) == 1:
             times = list(map(list.pop, items))
         else:
@@ -266,7 +271,7 @@ class Recorder:
     def resolved(self, resolve: dict[bytes, list[list[Any]]]) -> None:
         """Tasks resolved without an agent's result (agent number 0 in the item): cancelled,
         failed dependencies, impossible requests, hard placements on a departed agent."""
-        now = time.time()
+        now = self.clock()
         for items in resolve.values():
             if all(map(_fourth, items)):
                 continue
@@ -282,11 +287,11 @@ class Recorder:
         (RETURN) or cancelled there."""
         opened, live = self._open, self.live
         self._close([t for t in tids if t in opened and getattr(live.get(t), "agent", None)
-                     == agent], status, time.time(), why)
+                     == agent], status, self.clock(), why)
 
     def cancelled(self, tids: Iterable[int]) -> None:
         """Tasks dropped before they were dispatched (again)."""
-        now = time.time()
+        now = self.clock()
         self.rows.extend([ATTEMPT, tid, 0, _CANCELLED, 0, None, now, None, None] for tid in tids)
 
     def _close(self, tids: list[int], status: int, now: float, why: str, before: int = 0) -> None:
@@ -328,7 +333,7 @@ class Recorder:
     def close(self, stats: dict[str, Any]) -> None:
         """Attempts still open are UNFINISHED; agents still there leave with the head; the
         END record; the file is closed."""
-        now = time.time()
+        now = self.clock()
         self._close(list(self._open), UNFINISHED, now, "the head stopped")
         for ident in self._agents:  # told to shut down with the head
             self.rows.append([AGENT_LEAVE, now, self._num.get(ident, 0), "the head stopped", False])
