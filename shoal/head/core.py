@@ -39,6 +39,7 @@ live tasks only: a dependency that is no longer live and not in ``failed`` succe
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections import deque
 from collections.abc import Callable
@@ -113,6 +114,14 @@ class SchedulerCore(Placement):
         self._live: list[AgentState] = []
         self._pass_free = 0
         self._holder_seen = False
+        # Agents that may have credit, most first: a heap of (-credit, join order, name),
+        # ``_open_at`` the credit of each agent's live entry (an entry whose agent's credit
+        # changed since is stale, checked when it comes up). A result refills its own agent
+        # in O(log agents), not by sorting them all.
+        self._open: list[tuple[int, int, bytes]] = []
+        self._open_at: dict[bytes, int] = {}
+        self._joined = 0
+        self._min_slots = 0                        # fewest cores of an agent (0: none yet)
 
     # ---- agents -------------------------------------------------------------------
     def add_agent(self, name: bytes, slots: int, num: int = 0, *, gpus: int = 0, memory: int = 0,
@@ -120,8 +129,12 @@ class SchedulerCore(Placement):
         """An agent joined with ``slots`` cores, ``gpus``, ``memory`` bytes (0: not
         counted), its launchers' ``node`` name (default: its name) and the ``end_time``
         (epoch seconds) by which it must have left (None: unknown)."""
+        self._joined += 1
         self.agents[name] = AgentState(name, slots, num, gpus, memory,
-                                       node or name.decode(errors="replace"), end_time)
+                                       node or name.decode(errors="replace"), end_time,
+                                       order=self._joined)
+        self._open_at.pop(name, None)
+        self._min_slots = slots if not self._min_slots else min(self._min_slots, slots)
         self.departed.pop(name, None)
         self._why_cache.clear()
         d = Decisions()
@@ -161,6 +174,8 @@ class SchedulerCore(Placement):
             self.departed.clear()
         self.departed[name] = reason
         self._why_cache.clear()
+        self._open_at.pop(name, None)
+        self._min_slots = min((a.slots for a in self.agents.values()), default=0)
         if name in self.resv_agents:
             self._unreserve()
         label = name.decode(errors="replace")
@@ -257,6 +272,7 @@ class SchedulerCore(Placement):
         elif agent is not None and task.tid in agent.running:
             agent.running.discard(task.tid)
             agent.inflight -= task.cores
+            self._mark(agent)
 
     def requeue(self, tids: list[int]) -> Decisions:
         """The backoff of these retries is over: queue them again."""
@@ -285,6 +301,7 @@ class SchedulerCore(Placement):
             self._rewindow(agent)
         else:
             agent.base = agent.window = window
+            self._mark(agent)
         self._fill(agent, d)
         return d
 
@@ -437,6 +454,8 @@ class SchedulerCore(Placement):
                                      agent_name.decode(errors="replace"), num, d, item)
             else:
                 self._finish(task, status, item[2], d, num, item)
+        if agent is not None:
+            self._mark(agent)
         if self.ready or self.placed or self.nshaped:
             self._fill_all(d)
         return d
@@ -640,6 +659,18 @@ class SchedulerCore(Placement):
                     else:
                         self.ready.append(child_id)
 
+    def _mark(self, a: AgentState) -> None:
+        """``a``'s credit may have grown: keep it where :meth:`_fill_all` looks."""
+        c = a.window - a.inflight
+        if c > 0 and self._open_at.get(a.name, 0) < c:
+            self._open_at[a.name] = c
+            heapq.heappush(self._open, (-c, a.order, a.name))
+            if len(self._open) > 4 * len(self.agents) + 64:  # stale entries: rebuild
+                agents = self.agents
+                self._open = [(-c, agents[n].order, n) for n, c in self._open_at.items()
+                              if n in agents]
+                heapq.heapify(self._open)
+
     def _fill_all(self, d: Decisions) -> None:
         if self.paused:
             return
@@ -648,7 +679,41 @@ class SchedulerCore(Placement):
             return
         if self.resv_tid is not None:  # a plain holder: FIFO order keeps its turn now
             self._unreserve()
-        # Most credit first, so a burst spreads over agents instead of filling one.
+        if self.placed:
+            self._fill_every(d)
+            return
+        # Most credit first, so a burst spreads over agents instead of filling one: the
+        # agents that may have credit come off a heap; the first that cannot take the
+        # queue's head ends the pass (every other one has less credit), unless some agent
+        # is too small for that task (then one with less credit may take the ones behind).
+        heap, at, agents, ready, tasks = self._open, self._open_at, self.agents, self.ready, self.tasks
+        pop = heapq.heappop
+        seen: set[bytes] = set()
+        while ready and heap:
+            negc, _, name = heap[0]
+            if at.get(name) != -negc:
+                pop(heap)  # stale: a newer entry holds this agent
+                continue
+            a = agents.get(name)
+            c = -negc
+            if a is None or a.draining or a.window - a.inflight != c:
+                pop(heap)
+                del at[name]
+                if a is not None and not a.draining:
+                    self._mark(a)  # credit changed since: at its place now
+                continue
+            head = tasks.get(ready[0])
+            if name in seen or (head is not None and head.cores > c):
+                if head is not None and head.cores > self._min_slots:
+                    self._fill_every(d)  # some agent is too small for it: try them all
+                break
+            pop(heap)
+            del at[name]
+            seen.add(name)
+            self._fill(a, d)
+
+    def _fill_every(self, d: Decisions) -> None:
+        """Fill every agent, most credit first (own queues, steals, mixed agent sizes)."""
         agents = sorted((a for a in self.agents.values() if not a.draining), key=lambda a: -a.credit)
         for agent in agents:
             if not (self.ready or self.placed):
@@ -698,6 +763,8 @@ class SchedulerCore(Placement):
             self._fail_impossible(d, skipped)
         if self.placed and agent.credit > 0 and not agent.own:
             self._steal(agent, d)
+        if agent.window > agent.inflight:
+            self._mark(agent)
 
     def _take(self, agent: AgentState, task: Task, d: Decisions) -> None:
         agent.inflight += task.cores

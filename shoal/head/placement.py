@@ -94,6 +94,7 @@ class Placement:
     _finish: Callable[..., None]
     _fill_own: Callable[[AgentState, Decisions], None]
     _steal: Callable[[AgentState, Decisions], None]
+    _mark: Callable[[AgentState], None]
 
     # ---- queues of shaped tasks --------------------------------------------------------
     def _push_shaped(self, task: Task, front: bool = False) -> None:
@@ -124,8 +125,7 @@ class Placement:
         return True
 
     # ---- per-agent state -----------------------------------------------------------------
-    @staticmethod
-    def _rewindow(a: AgentState) -> None:
+    def _rewindow(self, a: AgentState) -> None:
         """The window other tasks see: the agent's own, capped by held MPI shares (no
         prefetch then), by a reservation, or closed while an exclusive task runs."""
         base = a.want if not a.held else min(a.want, a.slots - a.held)
@@ -136,6 +136,7 @@ class Placement:
             a.window = min(base, a.slots - a.held - a.rv_cores) if a.rv_strict else base - a.rv_cores
         else:
             a.window = base
+        self._mark(a)
 
     def _ends_ok(self, a: AgentState, need: Need) -> bool:
         if need.limit is None or a.end_time is None:
@@ -280,6 +281,7 @@ class Placement:
             if i == 0:
                 a.running.discard(task.tid)
                 a.inflight -= cores
+                self._mark(a)
             else:
                 a.held -= cores
                 a.holds.discard(task.tid)

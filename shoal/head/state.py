@@ -77,6 +77,7 @@ class AgentState:
     running: set[int] = field(default_factory=set)
     holds: set[int] = field(default_factory=set)   # MPI tasks led elsewhere with a share here
     own: deque[int] = field(default_factory=deque)  # tasks placed on this agent, ready
+    order: int = 0       # when it joined (ties in credit go to the earlier one)
 
     @property
     def credit(self) -> int:
