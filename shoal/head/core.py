@@ -116,10 +116,12 @@ class SchedulerCore(Placement):
         self._holder_seen = False
         # Agents that may have credit, most first: a heap of (-credit, join order, name),
         # ``_open_at`` the credit of each agent's live entry (an entry whose agent's credit
-        # changed since is stale, checked when it comes up). A result refills its own agent
-        # in O(log agents), not by sorting them all.
+        # changed since is stale, checked when it comes up); ``_dirty``: agents whose credit
+        # may have grown since the last pass (pushed when a pass starts). A result refills
+        # its own agent in O(log agents), not by sorting them all.
         self._open: list[tuple[int, int, bytes]] = []
         self._open_at: dict[bytes, int] = {}
+        self._dirty: set[bytes] = set()
         self._joined = 0
         self._min_slots = 0                        # fewest cores of an agent (0: none yet)
 
@@ -660,16 +662,25 @@ class SchedulerCore(Placement):
                         self.ready.append(child_id)
 
     def _mark(self, a: AgentState) -> None:
-        """``a``'s credit may have grown: keep it where :meth:`_fill_all` looks."""
-        c = a.window - a.inflight
-        if c > 0 and self._open_at.get(a.name, 0) < c:
-            self._open_at[a.name] = c
-            heapq.heappush(self._open, (-c, a.order, a.name))
-            if len(self._open) > 4 * len(self.agents) + 64:  # stale entries: rebuild
-                agents = self.agents
-                self._open = [(-c, agents[n].order, n) for n, c in self._open_at.items()
-                              if n in agents]
-                heapq.heapify(self._open)
+        """``a``'s credit may have grown: the next pass of :meth:`_fill_all` looks at it."""
+        self._dirty.add(a.name)
+
+    def _settle(self) -> None:
+        """Push the agents marked since the last pass onto the heap (at their credit now)."""
+        dirty, self._dirty = self._dirty, set()
+        heap, at, agents = self._open, self._open_at, self.agents
+        push = heapq.heappush
+        for name in dirty:
+            a = agents.get(name)
+            if a is None or a.draining:
+                continue
+            c = a.window - a.inflight
+            if c > 0 and at.get(name, 0) < c:
+                at[name] = c
+                push(heap, (-c, a.order, name))
+        if len(heap) > 2 * len(agents) + 64:  # stale entries: rebuild
+            heap[:] = [(-c, agents[n].order, n) for n, c in at.items() if n in agents]
+            heapq.heapify(heap)
 
     def _fill_all(self, d: Decisions) -> None:
         if self.paused:
@@ -686,6 +697,8 @@ class SchedulerCore(Placement):
         # agents that may have credit come off a heap; the first that cannot take the
         # queue's head ends the pass (every other one has less credit), unless some agent
         # is too small for that task (then one with less credit may take the ones behind).
+        if self._dirty:
+            self._settle()
         heap, at, agents, ready, tasks = self._open, self._open_at, self.agents, self.ready, self.tasks
         pop = heapq.heappop
         seen: set[bytes] = set()
@@ -699,8 +712,9 @@ class SchedulerCore(Placement):
             if a is None or a.draining or a.window - a.inflight != c:
                 pop(heap)
                 del at[name]
-                if a is not None and not a.draining:
-                    self._mark(a)  # credit changed since: at its place now
+                if a is not None and not a.draining and a.window > a.inflight:
+                    c = at[name] = a.window - a.inflight  # credit fell since: at its place now
+                    heapq.heappush(heap, (-c, a.order, name))
                 continue
             head = tasks.get(ready[0])
             if name in seen or (head is not None and head.cores > c):
