@@ -39,6 +39,9 @@ def add_parser(sub: Any) -> None:
                    help="CURVE-encrypt the traffic of agents and clients with the head (default: "
                         "on for TCP on a non-loopback address, off for ipc:// and loopback)")
     h.add_argument("--prefetch", type=int, default=1, help="tasks queued per slot (default 1)")
+    h.add_argument("--big-first", action="store_true",
+                   help="tasks with resources (GPUs...) before older plain ones, larger first; "
+                        "no prefetch while they wait (docs/sim.md)")
     h.add_argument("--heartbeat-timeout", type=float, default=None, metavar="S",
                    help="an agent or client silent this long is lost (default 8 s)")
     h.add_argument("--crash-limit", type=int, default=3, metavar="N",
@@ -173,7 +176,8 @@ def head_command(args: argparse.Namespace) -> int:
         head = Head(conn, bind=bind, prefetch=args.prefetch,
                     heartbeat_timeout=args.heartbeat_timeout, crash_limit=args.crash_limit,
                     journal=args.journal, expect_agents=args.expect_agents,
-                    expect_timeout=args.expect_timeout, trace=args.trace)
+                    expect_timeout=args.expect_timeout, trace=args.trace,
+                    big_first=args.big_first)
     except zmq.ZMQError as exc:
         print(f"shoal head: cannot listen on {bind}: {exc}", file=sys.stderr)
         return 2

@@ -17,6 +17,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--agents", type=int, action="append", metavar="N",
                    help="agent count (repeat for a sweep; default: the file's)")
     p.add_argument("--prefetch", type=int, help="the head's prefetch (window = cores x (1+P))")
+    p.add_argument("--policy", choices=("fifo", "big-first"),
+                   help="the core's order: oldest first, or tasks with resources first")
     p.add_argument("--results", choices=("batch", "single"),
                    help="results in the agent's batches, or one message per result")
     p.add_argument("--cost", choices=("measured", "zero"),
@@ -39,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         wl = load(args.workload)
         changes: dict[str, Any] = {}
-        for key, name in (("prefetch", "prefetch"), ("results", "results"), ("cost", "cost"),
+        for key, name in (("prefetch", "prefetch"), ("policy", "policy"), ("results", "results"), ("cost", "cost"),
                           ("latency", "latency_s"), ("seed", "seed")):
             v = getattr(args, key)
             if v is not None:

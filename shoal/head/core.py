@@ -89,7 +89,12 @@ class SchedulerCore(Placement):
     ``end_time``."""
 
     def __init__(self, crash_limit: int = CRASH_LIMIT,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, big_first: bool = False) -> None:
+        """``big_first``: the policy for mixes of large and small tasks (see
+        :mod:`shoal.head.placement`): tasks with resources (GPUs, ...) go before older
+        plain ones, larger first, and a task of several cores is sent only where its cores
+        are free now, as every task is while such tasks wait (no prefetch then)."""
+        self.big_first = big_first
         self.tasks: dict[int, Task] = {}
         self.ready: deque[int] = deque()
         self.agents: dict[bytes, AgentState] = {}
@@ -364,6 +369,8 @@ class SchedulerCore(Placement):
                 self._plain_max = task.cores
             return True
         task.need = need
+        if self.big_first:  # larger first, then oldest: the order of the pass (``seq``)
+            task.seq -= (need.cores * max(1, need.ranks) + 64 * need.gpus) << 40
         if need.ranks and task.place is not None:
             if task.hard:
                 self._finish(task, ERR, _err(f"task {task.tid}: an MPI task cannot be placed on "
@@ -749,6 +756,7 @@ class SchedulerCore(Placement):
         skipped: list[int] = []
         slots = agent.slots
         credit = agent.window - agent.inflight  # kept locally: this loop is the hot path
+        big_first = self.big_first
         name, running = agent.name, agent.running
         while ready and credit > 0:
             tid = ready.popleft()
@@ -756,11 +764,12 @@ class SchedulerCore(Placement):
             if task is None:
                 continue
             cores = task.cores
-            if cores > credit or cores > slots:
+            if cores > credit or cores > slots or (
+                    cores > 1 and big_first and cores > slots - agent.held - (agent.window - credit)):
                 if cores > slots:
                     skipped.append(tid)  # never fits this agent; another may take it
                     continue
-                ready.appendleft(tid)  # wait for enough credit on this agent
+                ready.appendleft(tid)  # wait for enough credit (big_first: free cores)
                 break
             credit -= cores
             task.state = DISPATCHED

@@ -95,6 +95,7 @@ class Placement:
     _fill_own: Callable[[AgentState, Decisions], None]
     _steal: Callable[[AgentState, Decisions], None]
     _mark: Callable[[AgentState], None]
+    big_first: bool
 
     # ---- queues of shaped tasks --------------------------------------------------------
     def _push_shaped(self, task: Task, front: bool = False) -> None:
@@ -149,7 +150,10 @@ class Placement:
         if a.excl or a.draining:
             return False
         c = need.cores
-        if c > a.slots or c > (a.base if holder else a.window) - a.inflight:
+        room = a.base if holder else a.window
+        if self.big_first:  # no prefetch while tasks with resources wait
+            room = min(room, a.slots - a.held)
+        if c > a.slots or c > room - a.inflight:
             return False
         if need.gpus and a.gpus_used + need.gpus + (0 if holder else a.rv_gpus) > a.gpus:
             return False
@@ -463,10 +467,13 @@ class Placement:
         cores = task.cores
         holder = task.tid == self.resv_tid
         agent, best = None, -1
+        big_first = self.big_first
         for a in self._live:
             if a.excl or cores > a.slots:
                 continue
             room = (a.base if holder else a.window) - a.inflight
+            if big_first:  # no prefetch while tasks with resources wait
+                room = min(room, a.slots - a.held - a.inflight)
             if room >= cores and room > best:
                 agent, best = a, room
         if agent is None:
@@ -498,7 +505,10 @@ class Placement:
                 return True
             cores = task.cores
             holder = tid == self.resv_tid
-            if cores > slots or cores > (agent.base if holder else agent.window) - agent.inflight:
+            room = (agent.base if holder else agent.window) - agent.inflight
+            if self.big_first:
+                room = min(room, slots - agent.held - agent.inflight)
+            if cores > slots or cores > room:
                 return True  # the next pick chooses again
             ready.popleft()
             agent.inflight += cores

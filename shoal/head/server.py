@@ -89,10 +89,12 @@ class Head:
         expect_agents: int = 0,
         expect_timeout: float = 60.0,
         trace: str | None = None,
+        big_first: bool = False,
     ) -> None:
         """``expect_agents``: hold the first dispatch until that many agents joined or
         ``expect_timeout`` seconds passed, so a map spreads over the whole allocation.
-        ``trace``: a file to record every attempt of every task in (shoal.trace)."""
+        ``trace``: a file to record every attempt of every task in (shoal.trace).
+        ``big_first``: the core's policy for mixes of large and small tasks."""
         if heartbeat_timeout is not None and heartbeat_timeout <= 0:
             raise ValueError(f"the heartbeat timeout must be > 0 seconds, not {heartbeat_timeout}")
         if crash_limit < 1:
@@ -113,7 +115,7 @@ class Head:
         self.timeout_s = heartbeat_timeout or TIMEOUT_S
         # beat often enough that a few lost beats never look like a lost peer
         self.heartbeat_s = min(HEARTBEAT_S, self.timeout_s / 4)
-        self.core = SchedulerCore(crash_limit=crash_limit)
+        self.core = SchedulerCore(crash_limit=crash_limit, big_first=big_first)
         if self.tracer is not None:
             self.tracer.live = self.core.tasks
         # waiting for the allocation's agents: dispatch held until then (0: no deadline)

@@ -108,7 +108,7 @@ class Simulator:
         self.now = 0.0
         self.events: list[tuple[float, int, int, Any, Any]] = []
         self.seq = 0
-        self.core = SchedulerCore(clock=self._clock)
+        self.core = SchedulerCore(clock=self._clock, big_first=wl.policy == "big-first")
         self.measured = wl.cost == "measured"
         self.single = wl.results == "single"
         self.lat = wl.latency_s
@@ -464,7 +464,7 @@ class Simulator:
         r.wait_mean_s = self.wait_sum / self.started if self.started else 0.0
         r.wall_s = wall
         r.events = self.nevents
-        r.settings = {"prefetch": wl.prefetch, "latency_s": wl.latency_s, "cost": wl.cost,
+        r.settings = {"policy": wl.policy, "prefetch": wl.prefetch, "latency_s": wl.latency_s, "cost": wl.cost,
                       "results": wl.results, "launch_s": wl.launch_s, "seed": wl.seed,
                       "order": wl.order}
         return r

@@ -15,7 +15,7 @@ def format_text(r: SimResult) -> str:
     lines = [
         f"{r.workload}: {r.agents} agents x {r.cores} cores"
         + (f" + {r.gpus} GPUs" if r.gpus else "")
-        + f", {r.tasks:,} tasks (prefetch {s.get('prefetch')}, results {s.get('results')}, "
+        + f", {r.tasks:,} tasks ({s.get('policy')}, prefetch {s.get('prefetch')}, results {s.get('results')}, "
         f"head cost {s.get('cost')}, latency {1e6 * s.get('latency_s', 0):.0f} us)",
         f"  resolved      {r.ok:,} ok, {r.failed:,} failed, {r.unfinished:,} unfinished",
         f"  makespan      {r.makespan_s:,.2f} s virtual (no run can be shorter than "

@@ -19,6 +19,7 @@ rules (prefetch, message latency, result batching, launch cost) and groups of ta
                                 # "zero": an infinitely fast head
     results = "batch"           # the agent's batching (2 ms, 256 a message); "single": one
                                 # message per result
+    policy = "fifo"             # "big-first": SchedulerCore(big_first=True)
 
     [agent]
     launch_s = 0.0              # from a task's start at the agent to its program running
@@ -81,6 +82,7 @@ class Workload:
     latency_s: float = 0.0
     cost: str = "measured"           # "measured" | "zero"
     results: str = "batch"           # "batch" | "single"
+    policy: str = "fifo"             # "fifo" | "big-first" (SchedulerCore's big_first)
     launch_s: float = 0.0
     seed: int = 1
     order: str = "shuffle"           # "shuffle" | "in-order"
@@ -151,12 +153,13 @@ def parse(data: dict[str, Any], path: str = "<workload>") -> Workload:
     kw["cores"] = _num(f"{path}: agents.cores", ag.get("cores", 1), int, 1)
     kw["gpus"] = _num(f"{path}: agents.gpus", ag.get("gpus", 0), int, 0)
     head = _table(f"{path}: [head]", top.get("head", {}),
-                  {"prefetch", "latency_s", "cost", "results"})
+                  {"prefetch", "latency_s", "cost", "results", "policy"})
     kw["prefetch"] = _num(f"{path}: head.prefetch", head.get("prefetch", 1), int, 0)
     kw["latency_s"] = _num(f"{path}: head.latency_s", head.get("latency_s", 0.0), float, 0)
     kw["cost"] = _choice(f"{path}: head.cost", head.get("cost", "measured"), ("measured", "zero"))
     kw["results"] = _choice(f"{path}: head.results", head.get("results", "batch"),
                             ("batch", "single"))
+    kw["policy"] = _choice(f"{path}: head.policy", head.get("policy", "fifo"), ("fifo", "big-first"))
     agent = _table(f"{path}: [agent]", top.get("agent", {}), {"launch_s"})
     kw["launch_s"] = _num(f"{path}: agent.launch_s", agent.get("launch_s", 0.0), float, 0)
     client = _table(f"{path}: [client]", top.get("client", {}), {"submit_batch"})
