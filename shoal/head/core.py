@@ -700,12 +700,20 @@ class SchedulerCore(Placement):
         if self.placed:
             self._fill_every(d)
             return
-        # Most credit first, so a burst spreads over agents instead of filling one: the
-        # agents that may have credit come off a heap; the first that cannot take the
-        # queue's head ends the pass (every other one has less credit), unless some agent
-        # is too small for that task (then one with less credit may take the ones behind).
+        # A burst spreads over agents: first every agent gets what its free cores can start
+        # now, then the prefetch, most credit first.
+        self._fill_heap(d, True)
+        if self.ready:
+            self._fill_heap(d, False)
+
+    def _fill_heap(self, d: Decisions, spread: bool) -> None:
+        """Fill agents off the credit heap, most credit first (``spread``: each only up to
+        its free cores). Without ``spread`` the first agent that cannot take the queue's
+        head ends the pass (every other one has less credit), unless some agent is too small
+        for that task (then one with less credit may take the ones behind)."""
         if self._dirty:
             self._settle()
+        later: list[AgentState] = []
         heap, at, agents, ready, tasks = self._open, self._open_at, self.agents, self.ready, self.tasks
         pop = heapq.heappop
         seen: set[bytes] = set()
@@ -724,6 +732,18 @@ class SchedulerCore(Placement):
                     heapq.heappush(heap, (-c, a.order, name))
                 continue
             head = tasks.get(ready[0])
+            if spread:
+                free = min(c, a.slots - a.held - a.inflight)
+                if name in seen:
+                    break
+                pop(heap)
+                del at[name]
+                seen.add(name)
+                if free > 0 and (head is None or head.cores <= free or head.cores > a.slots):
+                    self._fill(a, d, free)
+                else:
+                    later.append(a)  # nothing free for the head here: the prefetch pass
+                continue
             if name in seen or (head is not None and head.cores > c):
                 if head is not None and head.cores > self._min_slots:
                     self._fill_every(d)  # some agent is too small for it: try them all
@@ -732,6 +752,8 @@ class SchedulerCore(Placement):
             del at[name]
             seen.add(name)
             self._fill(a, d)
+        for a in later:
+            self._mark(a)
 
     def _fill_every(self, d: Decisions) -> None:
         """Fill every agent, most credit first (own queues, steals, mixed agent sizes)."""
@@ -741,7 +763,8 @@ class SchedulerCore(Placement):
                 break
             self._fill(agent, d)
 
-    def _fill(self, agent: AgentState, d: Decisions) -> None:
+    def _fill(self, agent: AgentState, d: Decisions, limit: int | None = None) -> None:
+        """Send ``agent`` the oldest ready tasks its credit (at most ``limit``) holds."""
         if self.paused:
             return
         if self.nshaped:  # shaped tasks wait: place oldest first over every agent
@@ -756,6 +779,9 @@ class SchedulerCore(Placement):
         skipped: list[int] = []
         slots = agent.slots
         credit = agent.window - agent.inflight  # kept locally: this loop is the hot path
+        if limit is not None and limit < credit:
+            credit = limit
+        start = credit
         big_first = self.big_first
         name, running = agent.name, agent.running
         while ready and credit > 0:
@@ -780,7 +806,7 @@ class SchedulerCore(Placement):
             if out is None:
                 out = d.dispatch.setdefault(name, [])
             out.append(spec)
-        agent.inflight = agent.window - credit
+        agent.inflight += start - credit
         if skipped:
             ready.extendleft(reversed(skipped))
             self._fail_impossible(d, skipped)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 import random
 import time
+from array import array
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -62,6 +63,11 @@ class SimResult:
     busy_gpu_s: float = 0.0
     core_util: float = 0.0     # busy core-seconds / (cores x makespan)
     gpu_util: float | None = None
+    queued_util: float | None = None  # cores busy while tasks waited in the head: up to the last
+                               # dispatch (what the head controls; the drain after it is the
+                               # workload's tail)
+    first_dispatch_s: float = 0.0
+    last_dispatch_s: float = 0.0
     bound_s: float = 0.0       # no run can be shorter: max(work / cores, longest task)
     head_cpu_s: float = 0.0    # CPU time in the core's calls
     head_busy: float = 0.0     # share of the makespan the head was in a turn
@@ -129,6 +135,9 @@ class Simulator:
         self.wait_sum = 0.0
         self.started = 0
         self.dispatch_bins: dict[int, int] = {}
+        self.first_dispatch = -1.0
+        self.last_dispatch = 0.0
+        self.spans = (array("d"), array("d"), array("d"))  # begin, end, cores of each task
         self.dur: list[float] = []
         self.tracer = None
         self.epoch = 0.0
@@ -314,6 +323,9 @@ class Simulator:
             n += len(specs)
             self._push(arrive, _TASKS, agent, specs)
         if n:
+            if self.first_dispatch < 0:
+                self.first_dispatch = t
+            self.last_dispatch = t
             self.decisions += n
             sec = int(t)
             self.dispatch_bins[sec] = self.dispatch_bins.get(sec, 0) + n
@@ -389,6 +401,10 @@ class Simulator:
                 total_c += ranks * per
                 total_g += g
         self.busy_core += total_c * d
+        b, e, c = self.spans
+        b.append(begin)
+        e.append(end)
+        c.append(total_c)
         self.busy_gpu += total_g * d
         self.wait_sum += begin
         self.started += 1
@@ -454,6 +470,13 @@ class Simulator:
                 r.gpu_util = self.busy_gpu / (gpus * span)
             r.head_busy = self.head_time / span
             r.dispatch_rate = self.decisions / span
+        tq = self.last_dispatch
+        if tq > 0 and cores:
+            busy = sum(c * (min(e, tq) - b) for b, e, c in zip(*self.spans, strict=True)
+                       if b < tq)
+            r.queued_util = busy / (cores * tq)
+        r.first_dispatch_s = max(0.0, self.first_dispatch)
+        r.last_dispatch_s = tq
         r.bound_s = max(self.busy_core / cores if cores else 0.0, longest + wl.launch_s)
         r.head_cpu_s = self.head_cpu
         r.decisions = self.decisions

@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import json
 import os
-import tomllib
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import tomllib
 
 
 class WorkloadError(ValueError):

@@ -1,0 +1,22 @@
+#!/bin/sh
+# Issue 14's simulator figures (docs/benchmarks.md, "Issue 14: simulation"): every run of
+# the table, one JSON line each, appended to the file given (default bench/sim/results.jsonl).
+# Takes about 40 minutes on a shared 2-core machine (the million-task runs dominate).
+set -e
+cd "$(dirname "$0")/../.."
+OUT=${1:-bench/sim/results.jsonl}
+PY=${PYTHON:-python3}
+W=bench/sim/workloads
+sim() { echo "shoal sim $*" >&2; $PY -m shoal sim "$@" --json >> "$OUT"; }
+sim $W/tiny.toml
+for policy in fifo big-first; do
+  for p in 1 0; do sim $W/rp-256.toml --policy $policy --prefetch $p; done
+done
+sim $W/million.toml
+sim $W/million.toml --scale-duration 0.5
+sim $W/weak-scaling.toml
+sim $W/million.toml --scale-duration 0.25
+sim $W/rp-2048.toml --policy big-first --prefetch 0
+sim $W/rp-2048.toml --policy fifo --prefetch 1
+sim $W/million.toml --results batch
+sim $W/million.toml --scale-duration 0.125
