@@ -10,6 +10,8 @@ Schedules
 - dynamic (default): a FIFO ready queue; each agent says how many cores' worth of
   unfinished tasks it wants (its window: slots x (1 + prefetch), more when its tasks are
   short or blocked on sub-tasks), and the core hands it the oldest ready tasks that fit.
+  A burst goes first to free cores (most credit first), then to the prefetch; agents that
+  may have credit sit on a heap, so a result refills its own agent in O(log agents).
 - static: a batch is split up front into contiguous blocks, one per slot of the agents
   known at that moment (mpi4py-scatter style), and pushed whatever the credit.
 

@@ -33,6 +33,13 @@ holder. The core reserves for it the agent(s) where it would start soonest: youn
 may go there only into what the holder leaves (backfill), so it starts as soon as the
 tasks already there release enough. One holder at a time; it can still start elsewhere.
 
+Policy ``big_first`` (off by default; ``SchedulerCore(big_first=True)``, ``shoal head
+--big-first``): shaped tasks go before older plain ones, larger first (their ``seq`` is
+moved ahead by their size); a task of several cores is sent only where its cores are free
+now; and while shaped tasks wait no task is prefetched (a prefetched small task holds the
+cores a large one waits for). On mixes of large and small tasks this is what keeps nodes
+busy (docs/sim.md); the default keeps oldest-first order and prefetch.
+
 Impossible requests: with at least one agent connected (not draining), a task that no agent
 (or, for MPI, no set of agents) could ever hold fails at once, status ERR, one line naming
 the task and what is missing. The rule is re-checked when an agent leaves or drains, so a
