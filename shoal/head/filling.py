@@ -1,0 +1,276 @@
+"""Filling agents with plain tasks: a mixin of :class:`shoal.head.core.SchedulerCore`.
+
+The hot path of the dynamic schedule: each agent's credit (window less what it holds) is
+filled with the oldest ready tasks. Agents that may have credit sit on a heap (most credit
+first; an agent whose credit grew is marked and pushed when the next pass starts), so a
+result refills its own agent in O(log agents) instead of sorting them all; a burst goes to
+free cores first, then to the prefetch. Also: placed tasks (an agent's own queue, steals
+by idle agents) and the static schedule's blocks.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from shoal.head.need import DISPATCHED
+from shoal.transport.protocol import T_ATTEMPT, T_HINT
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from shoal.head.state import AgentState, Decisions, Task
+
+
+class Filling:
+    """Mixin: the plain tasks' fill (module docstring). What it uses of the core:"""
+
+    tasks: dict[int, Task]
+    ready: deque[int]
+    agents: dict[bytes, AgentState]
+    nshaped: int
+    placed: int
+    paused: bool
+    big_first: bool
+    resv_tid: int | None
+    pending_static: list[Task]
+    _open: list[tuple[int, int, bytes]]
+    _open_at: dict[bytes, int]
+    _dirty: set[bytes]
+    _min_slots: int
+    _pass: Callable[[Decisions], None]
+    _unreserve: Callable[[], None]
+    _fits: Callable[..., bool]
+    _take_shaped: Callable[[AgentState, Task, Decisions], None]
+    _fail_impossible: Callable[..., bool]
+
+    def _mark(self, a: AgentState) -> None:
+        """``a``'s credit may have grown: the next pass of :meth:`_fill_all` looks at it."""
+        self._dirty.add(a.name)
+
+    def _settle(self) -> None:
+        """Push the agents marked since the last pass onto the heap (at their credit now)."""
+        dirty, self._dirty = self._dirty, set()
+        heap, at, agents = self._open, self._open_at, self.agents
+        push = heapq.heappush
+        for name in dirty:
+            a = agents.get(name)
+            if a is None or a.draining:
+                continue
+            c = a.window - a.inflight
+            if c > 0 and at.get(name, 0) < c:
+                at[name] = c
+                push(heap, (-c, a.order, name))
+        if len(heap) > 2 * len(agents) + 64:  # stale entries: rebuild
+            heap[:] = [(-c, agents[n].order, n) for n, c in at.items() if n in agents]
+            heapq.heapify(heap)
+
+    def _fill_all(self, d: Decisions) -> None:
+        if self.paused:
+            return
+        if self.nshaped:
+            self._pass(d)
+            return
+        if self.resv_tid is not None:  # a plain holder: FIFO order keeps its turn now
+            self._unreserve()
+        if self.placed:
+            self._fill_every(d)
+            return
+        # A burst spreads over agents: first every agent gets what its free cores can start
+        # now, then the prefetch, most credit first.
+        self._fill_heap(d, True)
+        if self.ready:
+            self._fill_heap(d, False)
+
+    def _fill_heap(self, d: Decisions, spread: bool) -> None:
+        """Fill agents off the credit heap, most credit first (``spread``: each only up to
+        its free cores). Without ``spread`` the first agent that cannot take the queue's
+        head ends the pass (every other one has less credit), unless some agent is too small
+        for that task (then one with less credit may take the ones behind)."""
+        if self._dirty:
+            self._settle()
+        later: list[AgentState] = []
+        heap, at, agents, ready, tasks = self._open, self._open_at, self.agents, self.ready, self.tasks
+        pop = heapq.heappop
+        seen: set[bytes] = set()
+        while ready and heap:
+            negc, _, name = heap[0]
+            if at.get(name) != -negc:
+                pop(heap)  # stale: a newer entry holds this agent
+                continue
+            a = agents.get(name)
+            c = -negc
+            if a is None or a.draining or a.window - a.inflight != c:
+                pop(heap)
+                del at[name]
+                if a is not None and not a.draining and a.window > a.inflight:
+                    c = at[name] = a.window - a.inflight  # credit fell since: at its place now
+                    heapq.heappush(heap, (-c, a.order, name))
+                continue
+            head = tasks.get(ready[0])
+            if spread:
+                free = min(c, a.slots - a.held - a.inflight)
+                if name in seen:
+                    break
+                pop(heap)
+                del at[name]
+                seen.add(name)
+                if free > 0 and (head is None or head.cores <= free or head.cores > a.slots):
+                    self._fill(a, d, free)
+                else:
+                    later.append(a)  # nothing free for the head here: the prefetch pass
+                continue
+            if name in seen or (head is not None and head.cores > c):
+                if head is not None and head.cores > self._min_slots:
+                    self._fill_every(d)  # some agent is too small for it: try them all
+                break
+            pop(heap)
+            del at[name]
+            seen.add(name)
+            self._fill(a, d)
+        for a in later:
+            self._mark(a)
+
+    def _fill_every(self, d: Decisions) -> None:
+        """Fill every agent, most credit first (own queues, steals, mixed agent sizes)."""
+        agents = sorted((a for a in self.agents.values() if not a.draining), key=lambda a: -a.credit)
+        for agent in agents:
+            if not (self.ready or self.placed):
+                break
+            self._fill(agent, d)
+
+    def _fill(self, agent: AgentState, d: Decisions, limit: int | None = None) -> None:
+        """Send ``agent`` the oldest ready tasks its credit (at most ``limit``) holds."""
+        if self.paused:
+            return
+        if self.nshaped:  # shaped tasks wait: place oldest first over every agent
+            self._pass(d)
+            return
+        if self.resv_tid is not None:
+            self._unreserve()
+        if agent.own:
+            self._fill_own(agent, d)
+        ready, tasks = self.ready, self.tasks
+        out: list[list[Any]] | None = None
+        skipped: list[int] = []
+        slots = agent.slots
+        credit = agent.window - agent.inflight  # kept locally: this loop is the hot path
+        if limit is not None and limit < credit:
+            credit = limit
+        start = credit
+        big_first = self.big_first
+        name, running = agent.name, agent.running
+        while ready and credit > 0:
+            tid = ready.popleft()
+            task = tasks.get(tid)
+            if task is None:
+                continue
+            cores = task.cores
+            if cores > credit or cores > slots or (
+                    cores > 1 and big_first and cores > slots - agent.held - (agent.window - credit)):
+                if cores > slots:
+                    skipped.append(tid)  # never fits this agent; another may take it
+                    continue
+                ready.appendleft(tid)  # wait for enough credit (big_first: free cores)
+                break
+            credit -= cores
+            task.state = DISPATCHED
+            task.agent = name
+            running.add(tid)
+            spec = task.spec
+            spec[T_ATTEMPT] += 1
+            if out is None:
+                out = d.dispatch.setdefault(name, [])
+            out.append(spec)
+        agent.inflight += start - credit
+        if skipped:
+            ready.extendleft(reversed(skipped))
+            self._fail_impossible(d, skipped)
+        if self.placed and agent.credit > 0 and not agent.own:
+            self._steal(agent, d)
+        if agent.window > agent.inflight:
+            self._mark(agent)
+
+    def _take(self, agent: AgentState, task: Task, d: Decisions) -> None:
+        agent.inflight += task.cores
+        task.state = DISPATCHED
+        task.agent = agent.name
+        agent.running.add(task.tid)
+        task.spec[T_ATTEMPT] += 1
+        d.send(agent.name, task.spec)
+
+    def _fill_own(self, agent: AgentState, d: Decisions) -> None:
+        own, tasks = agent.own, self.tasks
+        while own and agent.credit > 0:
+            task = tasks.get(own[0])
+            if task is None:
+                own.popleft()
+                self.placed -= 1
+                continue
+            if task.need is not None:
+                if not self._fits(agent, task.need, False):
+                    break
+                own.popleft()
+                self.placed -= 1
+                self._take_shaped(agent, task, d)
+                continue
+            if task.cores > agent.credit:
+                break
+            own.popleft()
+            self.placed -= 1
+            self._take(agent, task, d)
+
+    def _steal(self, thief: AgentState, d: Decisions) -> None:
+        """``thief`` has room and nothing to do: take soft-placed tasks from full agents."""
+        tasks = self.tasks
+        for victim in self.agents.values():
+            if victim is thief or not victim.own or victim.credit > 0:
+                continue
+            keep: deque[int] = deque()
+            own = victim.own
+            while own and thief.credit > 0:
+                tid = own.popleft()
+                task = tasks.get(tid)
+                if task is None:
+                    self.placed -= 1
+                    continue
+                if task.hard or task.cores > thief.credit or (
+                        task.need is not None and not self._fits(thief, task.need, False)):
+                    keep.append(tid)
+                    continue
+                self.placed -= 1
+                if task.need is not None:
+                    self._take_shaped(thief, task, d)
+                else:
+                    self._take(thief, task, d)
+            if keep:
+                own.extendleft(reversed(keep))
+            if thief.credit <= 0:
+                return
+
+    def _place_static(self, batch: list[Task], d: Decisions) -> None:
+        if not batch:
+            return
+        if not self.agents or self.paused:
+            self.pending_static.extend(batch)
+            return
+        slots = [(a, i) for a in self.agents.values() if not a.draining for i in range(a.slots)]
+        if not slots:
+            self.pending_static.extend(batch)
+            return
+        n, k = len(batch), len(slots)
+        base, extra = divmod(n, k)
+        pos = 0
+        for s, (agent, index) in enumerate(slots):
+            size = base + (1 if s < extra else 0)
+            for task in batch[pos : pos + size]:
+                task.state = DISPATCHED
+                task.agent = agent.name
+                agent.running.add(task.tid)
+                agent.inflight += task.cores
+                task.spec[T_ATTEMPT] += 1
+                spec = list(task.spec)
+                spec[T_HINT] = index
+                d.send(agent.name, spec)
+            pos += size
