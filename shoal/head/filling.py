@@ -77,6 +77,17 @@ class Filling:
         if self.placed:
             self._fill_every(d)
             return
+        dirty = self._dirty
+        if len(dirty) == 1 and not self._open:  # one agent may have credit: the steady state
+            a = self.agents.get(next(iter(dirty)))
+            if a is not None and not a.draining:
+                dirty.clear()
+                free = min(a.window, a.slots - a.held) - a.inflight
+                if free > 0:
+                    self._fill(a, d, free)
+                if self.ready and a.window > a.inflight:
+                    self._fill(a, d)
+                return
         # A burst spreads over agents: first every agent gets what its free cores can start
         # now, then the prefetch, most credit first.
         self._fill_heap(d, True)
