@@ -63,9 +63,10 @@ class SimResult:
     busy_gpu_s: float = 0.0
     core_util: float = 0.0     # busy core-seconds / (cores x makespan)
     gpu_util: float | None = None
-    queued_util: float | None = None  # cores busy while tasks waited in the head: up to the last
-                               # dispatch (what the head controls; the drain after it is the
-                               # workload's tail)
+    queued_util: float | None = None  # cores busy while tasks waited in the head: from the
+                               # first dispatch to the last (what the head controls; before
+                               # it the head takes the submissions in, after it the run
+                               # drains: the workload's tail)
     first_dispatch_s: float = 0.0
     last_dispatch_s: float = 0.0
     bound_s: float = 0.0       # no run can be shorter: max(work / cores, longest task)
@@ -470,12 +471,12 @@ class Simulator:
                 r.gpu_util = self.busy_gpu / (gpus * span)
             r.head_busy = self.head_time / span
             r.dispatch_rate = self.decisions / span
-        tq = self.last_dispatch
-        if tq > 0 and cores:
-            busy = sum(c * (min(e, tq) - b) for b, e, c in zip(*self.spans, strict=True)
-                       if b < tq)
-            r.queued_util = busy / (cores * tq)
-        r.first_dispatch_s = max(0.0, self.first_dispatch)
+        t0, tq = max(0.0, self.first_dispatch), self.last_dispatch
+        if tq > t0 and cores:
+            busy = sum(c * (min(e, tq) - max(b, t0)) for b, e, c in zip(*self.spans, strict=True)
+                       if b < tq and e > t0)
+            r.queued_util = busy / (cores * (tq - t0))
+        r.first_dispatch_s = t0
         r.last_dispatch_s = tq
         r.bound_s = max(self.busy_core / cores if cores else 0.0, longest + wl.launch_s)
         r.head_cpu_s = self.head_cpu

@@ -21,8 +21,8 @@ def format_text(r: SimResult) -> str:
         f"  makespan      {r.makespan_s:,.2f} s virtual (no run can be shorter than "
         f"{r.bound_s:,.2f} s: {_pct(r.bound_s / r.makespan_s if r.makespan_s else None)} of it)",
         f"  utilization   cores {_pct(r.core_util)}   GPUs {_pct(r.gpu_util)}   cores while "
-        f"tasks were queued {_pct(r.queued_util)} (first dispatch at {r.first_dispatch_s:,.2f} s, "
-        f"last at {r.last_dispatch_s:,.2f} s)",
+        f"tasks were queued {_pct(r.queued_util)} (from the first dispatch at {r.first_dispatch_s:,.2f} s, "
+        f"to the last at {r.last_dispatch_s:,.2f} s)",
         f"  dispatch      {r.dispatch_rate:,.0f} tasks/s virtual (peak {r.dispatch_peak:,.0f} in "
         f"one second), mean wait to start {r.wait_mean_s:,.2f} s",
         f"  head          {r.decisions:,} decisions in {r.head_cpu_s:.2f} s CPU = "
