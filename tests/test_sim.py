@@ -147,6 +147,8 @@ def test_shoal_sim_command_prints_json_and_sweeps(capsys, tmp_path):
     assert main(["sim", str(tmp_path / "missing.toml")]) == 2
     assert "cannot read workload" in capsys.readouterr().err
     assert main(["sim", path, "--trace", str(tmp_path / "t"), "--agents", "1", "--agents", "2"]) == 2
+    assert main(["sim", path, "--trace", str(tmp_path)]) == 1  # a directory: one line
+    assert "a directory, not a file" in capsys.readouterr().err
 
 
 def test_a_result_refills_the_agent_that_freed_credit_most_credit_first():

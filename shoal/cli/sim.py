@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from shoal.sim import WorkloadError, format_text, load, simulate
+    from shoal.trace.store import TraceError
 
     try:
         wl = load(args.workload)
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     for n in counts:
         try:
             r = simulate(wl, n, trace=args.trace)
-        except OSError as exc:
+        except (OSError, TraceError) as exc:
             print(f"shoal sim: {exc}", file=sys.stderr)
             return 1
         if args.json:
