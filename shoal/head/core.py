@@ -120,6 +120,7 @@ class SchedulerCore(Filling, Placement):
         self._why_cache: dict[tuple[Any, ...], str | None] = {}
         self._live: list[AgentState] = []
         self._pass_free = 0
+        self._pass_room = self._pass_gpus = 0
         self._holder_seen = False
         # Agents that may have credit, most first: a heap of (-credit, join order, name),
         # ``_open_at`` the credit of each agent's live entry (an entry whose agent's credit

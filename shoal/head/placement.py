@@ -96,6 +96,8 @@ class Placement:
     _live: list[AgentState]
     _plain_max: int
     _pass_free: int
+    _pass_room: int
+    _pass_gpus: int
     _holder_seen: bool
     _why_cache: dict[Any, str | None]
     _finish: Callable[..., None]
@@ -373,6 +375,12 @@ class Placement:
         if self.resv_tid is not None and self.resv_tid not in self.tasks:
             self._unreserve()
         self._pass_free = sum(max(0, a.slots - a.held - a.inflight) for a in live)
+        # the most room and free GPUs any agent has (for a non-holder): only falls during
+        # the pass, so a task asking for more fits nowhere without a scan of every agent
+        cap = self.big_first
+        self._pass_room = max(((min(a.window, a.slots - a.held) if cap else a.window) - a.inflight
+                               for a in live if not a.excl), default=0)
+        self._pass_gpus = max(a.gpus - a.gpus_used - a.rv_gpus for a in live)
         self._holder_seen = False
         tasks, ready, shaped = self.tasks, self.ready, self.shaped
         heads = [(tasks[q[0]].seq, key) for key, q in shaped.items()]
@@ -415,6 +423,8 @@ class Placement:
     def _pick(self, need: Need, holder: bool, last: AgentState | None) -> AgentState | None:
         if last is not None and self._fits(last, need, holder):
             return last
+        if not holder and (need.cores > self._pass_room or need.gpus > self._pass_gpus):
+            return None
         best, room = None, None
         for a in self._live:
             if self._fits(a, need, holder):
