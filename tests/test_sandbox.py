@@ -428,3 +428,17 @@ def test_shutil_which_bwrap_recorded():
 
     line = describe()
     assert "bwrap" in line and shutil.which("bwrap") in line
+
+
+def test_outputs_never_follow_links_the_job_left(world):
+    from shoal.service.sandbox import open_output, outputs
+
+    res, log = _raw(world, "mkdir -p d; echo ok > d/r.txt; ln -s /etc/shadow leak; "
+                           "ln -s / root; mkfifo pipe; ln -s d dl")
+    assert res.returncode == 0, log
+    assert outputs(world["job"]) == ["d/r.txt"]
+    with open_output(world["job"], "d/r.txt") as f:
+        assert f.read() == b"ok\n"
+    for bad in ("leak", "root/etc/shadow", "pipe", "dl/r.txt", "../log", "/etc/shadow", ""):
+        with pytest.raises(ValueError):
+            open_output(world["job"], bad)

@@ -310,8 +310,16 @@ def _note(log: Path, text: str) -> None:
         f.write(f"shoal-sandbox: {text}\n")
 
 
+def _validate(limits: Limits) -> None:
+    for name in ("cpu_s", "memory_bytes", "nprocs", "wall_s", "output_bytes", "workers"):
+        v = getattr(limits, name)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
+            raise ValueError(f"Limits.{name} must be a positive number, got {v!r}")
+
+
 def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, limits: Limits,
          log: Path, cancel: threading.Event | None, script: Path | None) -> JobResult:
+    _validate(limits)
     h = host()
     problems = h.problems()
     if problems:
@@ -338,7 +346,7 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
         status_r, status_w = os.pipe()
         fds.append(status_w)
         return _supervise(h, cg, bw + argv(status_w), fds, status_r, job_dir, limits, log,
-                          cancel)
+                          cancel, script is not None)
     finally:
         for fd in fds:
             try:
@@ -367,7 +375,7 @@ _JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift
 
 def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], status_r: int,
                job_dir: Path, limits: Limits, log: Path,
-               cancel: threading.Event | None) -> JobResult:
+               cancel: threading.Event | None, script_job: bool) -> JobResult:
     work = job_dir / "work"
     join = ["/bin/sh", "-c", _JOIN, "sh", *(cg.procs_files() if cg else []), "--"]
     full = join + _rlimits(h, cg, limits) + cmd
@@ -381,6 +389,7 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], s
     except OSError as exc:
         os.close(out_r)
         os.close(out_w)
+        os.close(status_r)
         return JobResult(125, f"sandbox: cannot start: {exc}")
     os.close(out_w)
     for fd in fds:  # the child holds them now (the status pipe's end must close here)
@@ -439,15 +448,18 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], s
             reason = f"CPU time limit {_secs(limits.cpu_s)} exceeded"
         elif "refused" in st:
             reason = f"refused: {st['refused']}"
-        elif "error" in st:
-            reason = st["error"]
-    if reason is not None and reason.startswith("refused"):
-        code = 2
-    elif reason is not None and "refused" not in reason:
-        code = 137 if reason != "cancelled" or rc != 0 else rc
-        _cleanup_scratch(work)
-    else:
+        elif script_job and "exit" not in st:
+            reason = (f"sandbox: the job runner ended without a result (exit status "
+                      f"{128 - rc if rc < 0 else rc}); see the log")
+    if reason is None:
         code = int(st.get("exit", 128 - rc if rc < 0 else rc))
+    elif reason.startswith("refused: "):
+        code = 2
+    elif reason.startswith("sandbox: "):
+        code = 125
+    else:  # stopped: a limit or cancel (the runner could not remove its scratch tree)
+        code = 137
+        _cleanup_scratch(work)
     _note(log, f"end: exit status {code}" + (f"; {reason}" if reason else "")
           + f" ({time.monotonic() - t0:.1f} s)")
     return JobResult(code, reason)
@@ -504,3 +516,57 @@ def _cleanup_scratch(work: Path) -> None:
                 shutil.rmtree(e.path, ignore_errors=True)
     except OSError:
         pass
+
+
+def outputs(job_dir: Path) -> list[str]:
+    """The job's output files: regular files under ``job_dir/work`` (relative paths, sorted),
+    found without following symbolic links and leaving out the runner's scratch trees.
+
+    The job user owns ``work``: it can leave links to host paths (``out -> /etc/shadow``)
+    or FIFOs there. A service running as root must list and open outputs only through
+    :func:`outputs` and :func:`open_output`, never with a plain ``open()`` or a zip of the tree.
+    """
+    work = Path(job_dir) / "work"
+    out: list[str] = []
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        try:
+            it = os.scandir(work / rel if rel else work)
+        except OSError:
+            continue
+        with it:
+            for e in it:
+                r = f"{rel}/{e.name}" if rel else e.name
+                if not rel and e.name.startswith(".shoal-scratch-"):
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(r)
+                elif e.is_file(follow_symlinks=False):
+                    out.append(r)
+    return sorted(out)
+
+
+def open_output(job_dir: Path, rel: str):  # -> BinaryIO
+    """Open the output file ``rel`` (relative to ``job_dir/work``) for reading, refusing
+    anything but a regular file reached without a symbolic link (``ValueError``, one line)."""
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"bad output path {rel!r}")
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    fd = os.open(Path(job_dir) / "work", flags)
+    try:
+        for p in parts[:-1]:
+            nfd = os.open(p, flags, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        ffd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    except OSError as exc:  # ELOOP: a symbolic link on the way
+        raise ValueError(f"output {rel!r}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(ffd).st_mode):
+        os.close(ffd)
+        raise ValueError(f"output {rel!r}: not a regular file")
+    os.set_blocking(ffd, True)
+    return os.fdopen(ffd, "rb")
