@@ -197,6 +197,9 @@ def test_failing_script_keeps_bash_exit_status(world):
     ("rm -rf /\n", ["job.sh:2:", "outside the working tree"]),
     ("rm -rf /data\n", ["job.sh:2:", "writes '/data/", "outside the working tree"]),
     ("echo x > /data/new.txt\n", ["job.sh:2:", "outside the working tree"]),
+    # fork bombs written as shell functions never reach the run
+    (":() { : | : & }\n:\n", ["job.sh:2:", "pipeline"]),
+    ("f() { f & f; }\nf\n", ["job.sh:2:", "recursion too deep"]),
 ])
 def test_strict_compiler_refuses(world, text, words):
     r = _job(world, text)
@@ -442,3 +445,45 @@ def test_outputs_never_follow_links_the_job_left(world):
     for bad in ("leak", "root/etc/shadow", "pipe", "dl/r.txt", "../log", "/etc/shadow", ""):
         with pytest.raises(ValueError):
             open_output(world["job"], bad)
+
+
+# ------------------------------------------------------- machines without writable cgroups
+
+@pytest.fixture
+def no_cgroups(monkeypatch):
+    """The sandbox as on a machine where no control group can be made: rlimits only."""
+    from shoal.service import sandbox_host
+
+    h = sandbox_host._probe(cgroups=False)
+    assert h.v2 is None and not h.v1
+    monkeypatch.setattr(sandbox_host, "_host", h)
+    return h
+
+
+def test_without_cgroups_the_pid_namespace_still_kills_everything(world, no_cgroups):
+    from shoal.service.sandbox import describe
+
+    assert "memory: rlimit; processes: rlimit; CPU: rlimit" in describe()
+    lim = Limits(cpu_s=60, memory_bytes=1 << 30, nprocs=64, wall_s=2, output_bytes=64 << 20)
+    res, log = _raw(world, "setsid sleep 1000 & (sleep 1000 &) ; nohup sleep 1000 & sleep 1000",
+                    limits=lim)
+    assert res == JobResult(137, "wall time limit 2 s reached"), res
+    # the fixture checks that no process is left
+
+
+def test_without_cgroups_memory_and_cpu_are_rlimits(world, no_cgroups):
+    lim = Limits(cpu_s=1, memory_bytes=256 << 20, nprocs=64, wall_s=30, output_bytes=64 << 20)
+    res, log = _raw(world, "exec awk 'BEGIN { s = \"xxxxxxxxxxxxxxxx\"; while (1) s = s s }'",
+                    limits=lim)
+    assert res.returncode not in (0, 137) and res.reason is None, (res, log)
+    assert world["elapsed"] < 10
+    res, log = _raw(world, "while :; do :; done", limits=lim)
+    assert res == JobResult(137, "CPU time limit 1 s exceeded"), (res, log)
+
+
+def test_without_cgroups_a_script_job_runs_and_stops(world, no_cgroups):
+    r = _job(world, COREUTILS, ["/data"])
+    assert r == JobResult(0, None), (world["job"] / "log").read_text()
+    lim = Limits(cpu_s=60, memory_bytes=1 << 30, nprocs=64, wall_s=60, output_bytes=64 << 20)
+    r = _job(world, "head -c 100G /dev/zero > big\n", limits=lim)
+    assert r == JobResult(137, "output limit 64.0 MiB exceeded"), r

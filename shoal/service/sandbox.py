@@ -128,13 +128,12 @@ def _memfd(name: str, data: bytes) -> int:
 
 def _prepare_work(work: Path, h: Host) -> None:
     work.mkdir(parents=True, exist_ok=True)
-    if h.root:
-        # the job user owns its tree (uploaded inputs included); nothing else of job_dir
-        for dirpath, dirnames, filenames in os.walk(work):
-            for n in dirnames + filenames:
-                os.lchown(os.path.join(dirpath, n), h.uid, h.gid)
-        os.lchown(work, h.uid, h.gid)
-        os.chmod(work, 0o700)
+    # the job user owns its tree (uploaded inputs included); nothing else of job_dir
+    for dirpath, dirnames, filenames in os.walk(work):
+        for n in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, n), h.uid, h.gid)
+    os.lchown(work, h.uid, h.gid)
+    os.chmod(work, 0o700)
 
 
 def _python() -> str:
@@ -184,8 +183,6 @@ def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: 
     a = [h.bwrap or "bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net",
          "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
          "--die-with-parent", "--new-session", "--clearenv"]
-    if not h.root:
-        a += ["--unshare-user", "--disable-userns"]
     for top in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         src = "/" + top
         if os.path.islink(src):
@@ -243,10 +240,10 @@ def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: 
         fd = _memfd("seccomp", h.seccomp)
         fds.append(fd)
         a += ["--seccomp", str(fd)]
-    a.append("--")
-    if h.root:
-        a += [h.setpriv or "setpriv", f"--reuid={h.uid}", f"--regid={h.gid}", "--clear-groups",
-              "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+    # bwrap runs as root (it may bind anything and needs no user namespace); setpriv then
+    # drops to the job user with no capabilities, none to regain (bounding set empty)
+    a += ["--", h.setpriv or "setpriv", f"--reuid={h.uid}", f"--regid={h.gid}",
+          "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
     return a
 
 
@@ -360,8 +357,9 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
 def _rlimits(h: Host, cg: JobCgroups | None, limits: Limits) -> list[str]:
     cpu_tree = cg is not None and cg.cpu_seconds() is not None
     # per process; with accounting of the whole tree the monitor stops the job first
-    cpu = int(limits.cpu_s) + (5 if cpu_tree else 1)
-    out = [h.prlimit or "prlimit", f"--cpu={cpu}", f"--fsize={limits.output_bytes}",
+    cpu = max(1, round(limits.cpu_s)) + (5 if cpu_tree else 0)
+    # SIGXCPU at the soft limit (the reason can be told from it), SIGKILL 2 s later
+    out = [h.prlimit or "prlimit", f"--cpu={cpu}:{cpu + 2}", f"--fsize={limits.output_bytes}",
            "--core=0"]
     if cg is None or not (cg.v1.get("pids") or (cg.v2 and "pids" in h.v2_controllers)):
         out.append(f"--nproc={limits.nprocs}")
