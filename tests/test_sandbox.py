@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -328,8 +329,11 @@ EOF""")
 
 def test_namespaces_and_mounts_are_refused_inside(world):
     res, log = _raw(world, "unshare -U true; echo u=$?; unshare -n true; echo n=$?; "
-                           "mount -t tmpfs x /tmp; echo m=$?")
-    for k in ("u", "n", "m"):
+                           "mount -t tmpfs x /tmp; echo m=$?; "
+                           "python3 -c 'import os; os.unshare(os.CLONE_NEWUSER)'; echo p=$?; "
+                           "(command -v strace >/dev/null && strace -o /dev/null true); "
+                           "echo s=$?")
+    for k in ("u", "n", "m", "p", "s"):
         assert f"{k}=0" not in log, log
 
 
@@ -487,3 +491,39 @@ def test_without_cgroups_a_script_job_runs_and_stops(world, no_cgroups):
     lim = Limits(cpu_s=60, memory_bytes=1 << 30, nprocs=64, wall_s=60, output_bytes=64 << 20)
     r = _job(world, "head -c 100G /dev/zero > big\n", limits=lim)
     assert r == JobResult(137, "output limit 64.0 MiB exceeded"), r
+
+
+def test_paths_that_would_leak_are_refused(world):
+    data, job = world["data"], world["job"]
+    for kw, words in (({"data_dir": world["root"]}, "inside the data directory"),
+                      ({"data_dir": Path("/")}, "inside the data directory"),
+                      ({"log": job / "work" / "log"}, "the job could write it")):
+        args = {"job_dir": job, "data_dir": data, "limits": FAST, "log": job / "log", **kw}
+        r = run_sandboxed(["/bin/true"], **args)
+        assert r.returncode == 125 and words in r.reason and "\n" not in r.reason, r
+
+
+def test_a_killed_service_leaves_no_job_behind(world):
+    # the service process dies (SIGKILL) while its job runs: bwrap dies with it, and the
+    # PID namespace with bwrap
+    code = (f"import sys; from pathlib import Path; from shoal.service.sandbox import *; "
+            f"run_sandboxed(['/bin/sh', '-c', 'sleep 1000 & sleep 1000 # {world['token']}'], "
+            f"job_dir=Path({str(world['job'])!r}), data_dir=Path({str(world['data'])!r}), "
+            f"limits=Limits(), log=Path({str(world['job'] / 'log')!r}))")
+    svc = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 20
+    while len(_leftovers(world["job"], world["token"])) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_leftovers(world["job"], world["token"])) >= 2
+    svc.kill()
+    svc.wait()
+    deadline = time.monotonic() + 5
+    while _leftovers(world["job"], world["token"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # its empty control groups are removed by the next service that starts (here: a sweep)
+    from shoal.service import sandbox_host
+
+    h = sandbox_host.host()
+    for parent in [p for p in [h.v2, *h.v1.values()] if p]:
+        sandbox_host._sweep(parent)
+        assert not [n for n in os.listdir(parent) if n.startswith(f"job-{svc.pid}-")]

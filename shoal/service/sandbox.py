@@ -307,6 +307,18 @@ def _note(log: Path, text: str) -> None:
         f.write(f"shoal-sandbox: {text}\n")
 
 
+def _overlap(job_dir: Path, data_dir: Path, log: Path) -> str | None:
+    """Why these paths would let a job see or forge what it must not (None: they are fine)."""
+    if data_dir == Path("/") or job_dir == data_dir or job_dir.is_relative_to(data_dir):
+        return (f"the job directory {str(job_dir)!r} is inside the data directory "
+                f"{str(data_dir)!r}: every job would see the others")
+    if data_dir.is_relative_to(job_dir / "work"):
+        return f"the data directory {str(data_dir)!r} is inside the job's work directory"
+    if log.is_relative_to(job_dir / "work"):
+        return f"the log {str(log)!r} is inside the job's work directory (the job could write it)"
+    return None
+
+
 def _validate(limits: Limits) -> None:
     for name in ("cpu_s", "memory_bytes", "nprocs", "wall_s", "output_bytes", "workers"):
         v = getattr(limits, name)
@@ -325,6 +337,9 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
     if not data_dir.is_dir():
         return JobResult(125, f"sandbox: data directory {str(data_dir)!r} does not exist")
     work = job_dir / "work"
+    bad = _overlap(job_dir, data_dir, Path(log).resolve())
+    if bad:
+        return JobResult(125, f"sandbox: {bad}")
     _prepare_work(work, h)
     log.parent.mkdir(parents=True, exist_ok=True)
     fds: list[int] = []
