@@ -383,14 +383,20 @@ def _rlimits(h: Host, cg: JobCgroups | None, limits: Limits) -> list[str]:
     return out + ["--"]
 
 
-_JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+# The job's first process, started under ``setpriv --pdeathsig KILL`` (which stays through the
+# exec of prlimit and bwrap): if the service died before that was set, its parent is no longer
+# the service, and it stops; else it joins the job's groups and becomes bwrap. bwrap sets the
+# same for itself only after its clone, too late for a service killed while a job starts.
+_JOIN = ('[ "$PPID" = "$1" ] || exit 125; shift; '
+         'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"')
 
 
 def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], status_r: int,
                job_dir: Path, limits: Limits, log: Path,
                cancel: threading.Event | None, script_job: bool) -> JobResult:
     work = job_dir / "work"
-    join = ["/bin/sh", "-c", _JOIN, "sh", *(cg.procs_files() if cg else []), "--"]
+    join = [h.setpriv or "setpriv", "--pdeathsig", "KILL", "--", "/bin/sh", "-c", _JOIN, "sh",
+            str(os.getpid()), *(cg.procs_files() if cg else []), "--"]
     full = join + _rlimits(h, cg, limits) + cmd
     _note(log, f"start: {describe()}")
     out_r, out_w = os.pipe()

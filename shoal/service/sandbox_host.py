@@ -172,17 +172,34 @@ def _usable_parent(mount_root: str, mountpoint: str, own: str | None) -> str | N
 
 
 def _sweep(parent: str) -> None:
-    """Remove empty job groups a killed service left behind (rmdir fails on busy ones)."""
+    """Kill what is left in the job groups of a service that died, and remove the groups."""
     try:
         names = os.listdir(parent)
     except OSError:
         return
     for n in names:
-        if n.startswith("job-") and not _alive_owner(n):
+        if not n.startswith("job-") or _alive_owner(n):
+            continue
+        d = os.path.join(parent, n)
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
             try:
-                os.rmdir(os.path.join(parent, n))
-            except OSError:
-                pass
+                os.rmdir(d)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:  # busy: a job that outlived its service
+                try:
+                    with open(os.path.join(d, "cgroup.kill"), "w") as f:
+                        f.write("1")
+                except OSError:
+                    pass
+                for pid in JobCgroups._read(os.path.join(d, "cgroup.procs")).split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except OSError:
+                        pass
+                time.sleep(0.02)
 
 
 def _alive_owner(name: str) -> bool:
