@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sandbox_host import Host, JobCgroups, host
+from .sandbox_host import Host, JobCgroups, host, reprobe
 
 DATA = "/data"           # where the data directory appears inside the sandbox
 WORK = "/work"           # the job's working tree (its outputs), job_dir/work outside
@@ -347,9 +347,15 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
     try:
         try:
             cg = JobCgroups(h, limits.memory_bytes, limits.nprocs)
-        except OSError as exc:
-            _note(log, f"no control groups for this job ({exc}); rlimits only")
-            cg = None
+        except OSError:
+            # the machine may have changed under us (our own group moved or removed):
+            # look again once
+            h = reprobe()
+            try:
+                cg = JobCgroups(h, limits.memory_bytes, limits.nprocs)
+            except OSError as exc:
+                _note(log, f"no control groups for this job ({exc}); rlimits only")
+                cg = None
         try:
             bw = _bwrap_args(h, job_dir, data_dir, limits, script, fds)
         except SandboxError as exc:
