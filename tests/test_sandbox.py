@@ -150,6 +150,7 @@ def test_coreutils_script_gives_bash_files(world, tmp_path):
     assert got == _files(ref)
     log = (world["job"] / "log").read_text()
     assert "4\nfinished" in log and "progress: compiled" in log
+    assert "progress: done: 10 of 10 commands succeeded, 0 failed, 0 not run" in log
     assert log.splitlines()[-1].startswith("shoal-sandbox: end: exit status 0")
 
 
@@ -332,8 +333,10 @@ def test_namespaces_and_mounts_are_refused_inside(world):
                            "mount -t tmpfs x /tmp; echo m=$?; "
                            "python3 -c 'import os; os.unshare(os.CLONE_NEWUSER)'; echo p=$?; "
                            "(command -v strace >/dev/null && strace -o /dev/null true); "
-                           "echo s=$?")
-    for k in ("u", "n", "m", "p", "s"):
+                           "echo s=$?; python3 -c 'import ctypes, sys; l = ctypes.CDLL(None); "
+                           "sys.exit(0 if l.syscall(425, 1, 0) >= 0 or l.syscall(321, 0, 0, 0)"
+                           " >= 0 else 1)'; echo i=$?")
+    for k in ("u", "n", "m", "p", "s", "i"):
         assert f"{k}=0" not in log, log
 
 
@@ -423,10 +426,17 @@ def test_two_jobs_at_once_do_not_see_each_other(tmp_path):
         assert "No such file or directory" in seen
 
 
-def test_bad_data_dir_is_one_line(world):
-    r = run_job(world["job"] / "nope.sh", [], job_dir=world["job"],
+def test_bad_data_dir_or_script_is_one_line(world):
+    (world["job"] / "job.sh").write_text("echo hi\n")
+    r = run_job(world["job"] / "job.sh", [], job_dir=world["job"],
                 data_dir=world["root"] / "missing", limits=FAST, log=world["job"] / "log")
     assert r.returncode == 125 and "missing" in r.reason and "\n" not in r.reason
+    r = run_job(world["job"] / "nope.sh", [], job_dir=world["job"], data_dir=world["data"],
+                limits=FAST, log=world["job"] / "log")
+    assert r == JobResult(125, f"sandbox: script {str(world['job'] / 'nope.sh')!r} not found")
+    with pytest.raises(ValueError, match="Limits.wall_s must be a positive number, got 0"):
+        run_sandboxed(["/bin/true"], job_dir=world["job"], data_dir=world["data"],
+                      limits=Limits(wall_s=0), log=world["job"] / "log")
 
 
 def test_shutil_which_bwrap_recorded():

@@ -103,6 +103,9 @@ def run_job(script: Path, args: list[str], *, job_dir: Path, data_dir: Path, lim
     ``data_dir`` read-only at ``/data``. Its output, the runner's progress lines and the
     sandbox's own lines are appended to ``log``. Setting ``cancel`` stops it at once.
     """
+    if not Path(script).is_file():
+        return JobResult(125, f"sandbox: script {str(script)!r} not found")
+
     def argv(status_fd: int) -> list[str]:
         return [_python(), "-s", "-m", "shoal.service.sandbox_job", "--status-fd",
                 str(status_fd), "--workers", str(limits.workers), "--name", script.name, SCRIPT,
