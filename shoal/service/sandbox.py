@@ -75,8 +75,44 @@ class SandboxError(RuntimeError):
 
 
 def check() -> list[str]:
-    """Problems that stop every job on this machine (empty: ready). For a service at start."""
-    return host().problems()
+    """Problems that stop every job on this machine (empty: ready). For a service at start.
+
+    Besides the programs and privileges it needs, it starts one sandbox running ``true``
+    (about 50 ms): a container may forbid namespaces or mounts (Docker's default seccomp
+    profile does), which only trying shows.
+    """
+    problems = host().problems()
+    if not problems:
+        msg = _smoke()
+        if msg:
+            problems.append(msg)
+    return problems
+
+
+def _smoke() -> str | None:
+    """Run ``true`` in a sandbox like a job's (no limits); None if it worked."""
+    import tempfile
+
+    h = host()
+    with tempfile.TemporaryDirectory(prefix="shoal-sandbox-check-") as d:
+        job, data = Path(d) / "job", Path(d) / "data"
+        data.mkdir()
+        fds: list[int] = []
+        try:
+            _prepare_work(job / "work", h)
+            args = _bwrap_args(h, job, data, Limits(), None, fds) + ["/bin/true"]
+            r = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True,
+                               pass_fds=tuple(fds), timeout=60)
+        except (OSError, SandboxError, subprocess.TimeoutExpired) as exc:
+            return f"the sandbox cannot start here: {exc}"
+        finally:
+            for fd in fds:
+                os.close(fd)
+    if r.returncode != 0:
+        err = r.stderr.decode(errors="replace").strip().splitlines()
+        return (f"the sandbox cannot start here (bwrap exit status {r.returncode}"
+                f"{': ' + err[-1] if err else ''})")
+    return None
 
 
 def describe() -> str:
