@@ -218,7 +218,7 @@ def _pythonpath(binds: list[tuple[str, str]]) -> str:
 
 
 def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: Path | None,
-                fds: list[int]) -> list[str]:
+                fds: list[int], info_fd: int | None = None) -> list[str]:
     a = [h.bwrap or "bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net",
          "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
          "--die-with-parent", "--new-session", "--clearenv"]
@@ -275,6 +275,8 @@ def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: 
     for k, v in env.items():
         a += ["--setenv", k, v]
     a += ["--chdir", WORK]
+    if info_fd is not None:
+        a += ["--info-fd", str(info_fd)]
     if h.seccomp:
         fd = _memfd("seccomp", h.seccomp)
         fds.append(fd)
@@ -395,15 +397,19 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
             except OSError as exc:
                 _note(log, f"no control groups for this job ({exc}); rlimits only")
                 cg = None
+        # bwrap writes the host pid of its namespace's first process here
+        info_r, info_w = os.pipe()
+        fds.append(info_w)
         try:
-            bw = _bwrap_args(h, job_dir, data_dir, limits, script, fds)
+            bw = _bwrap_args(h, job_dir, data_dir, limits, script, fds, info_w)
         except SandboxError as exc:
+            os.close(info_r)
             return JobResult(125, f"sandbox: {exc}")
         # the runner inside writes one JSON line here: how it ended (refused, exit status)
         status_r, status_w = os.pipe()
         fds.append(status_w)
-        return _supervise(h, cg, bw + argv(status_w), fds, status_r, job_dir, limits, log,
-                          cancel, script is not None)
+        return _supervise(h, cg, bw + argv(status_w), fds, status_r, info_r, job_dir, limits,
+                          log, cancel, script is not None)
     finally:
         for fd in fds:
             try:
@@ -437,7 +443,7 @@ _JOIN = ('[ "$PPID" = "$1" ] || exit 125; shift; '
 
 
 def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], status_r: int,
-               job_dir: Path, limits: Limits, log: Path,
+               info_r: int, job_dir: Path, limits: Limits, log: Path,
                cancel: threading.Event | None, script_job: bool) -> JobResult:
     work = job_dir / "work"
     join = [h.setpriv or "setpriv", "--pdeathsig", "KILL", "--", "/bin/sh", "-c", _JOIN, "sh",
@@ -454,6 +460,7 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], s
         os.close(out_r)
         os.close(out_w)
         os.close(status_r)
+        os.close(info_r)
         return JobResult(125, f"sandbox: cannot start: {exc}")
     os.close(out_w)
     for fd in fds:  # the child holds them now (the status pipe's end must close here)
@@ -462,6 +469,7 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], s
         except OSError:
             pass
     fds.clear()
+    init = _read_info(info_r)  # at once: bwrap writes it right after its clone
     pump = _LogPump(out_r, log, limits.output_bytes)
     pump.start()
     reason: str | None = None
@@ -497,7 +505,7 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], s
             _kill(proc, cg)
             break
     rc = proc.wait()
-    _reap(cg)
+    _reap(cg, init)
     pump.join(timeout=5)
     st = _read_status(status_r)
     if reason is None:
@@ -539,13 +547,48 @@ def _kill(proc: subprocess.Popen, cg: JobCgroups | None) -> None:
         pass
 
 
-def _reap(cg: JobCgroups | None, timeout: float = 5.0) -> None:
-    if cg is None:
-        return
+def _gone(pid: int) -> bool:
+    """True when ``pid`` has exited (gone, or a zombie nobody reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
+
+
+def _reap(cg: JobCgroups | None, init: int | None, timeout: float = 5.0) -> None:
+    """Wait until every process of the job is gone: its groups empty, and the first process
+    of its PID namespace exited (the kernel kills the others before that exit completes;
+    bwrap itself may end first)."""
     deadline = time.monotonic() + timeout
-    while cg.pids() and time.monotonic() < deadline:
-        cg.kill()
+    while time.monotonic() < deadline:
+        left = cg is not None and bool(cg.pids())
+        if not left and (init is None or _gone(init)):
+            return
+        if cg is not None:
+            cg.kill()
+        if init is not None:
+            try:
+                os.kill(init, signal.SIGKILL)
+            except OSError:
+                pass
         time.sleep(0.02)
+
+
+def _read_info(fd: int) -> int | None:
+    """The host pid of the sandbox's first process, from bwrap's ``--info-fd``."""
+    data = b""
+    try:
+        while chunk := os.read(fd, 4096):
+            data += chunk
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    try:
+        return int(json.loads(data)["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _read_status(fd: int) -> dict:
