@@ -332,6 +332,18 @@ EOF""")
     assert got == []
 
 
+def test_no_privilege_to_regain_inside(world):
+    # binds are nosuid and no_new_privs is set: a set-uid program gives nothing
+    res, log = _raw(world, "echo binds=$(grep -cE ' /(usr|data|work) ' /proc/self/mountinfo)"
+                           " suid=$(grep -E ' /(usr|data|work) ' /proc/self/mountinfo | "
+                           "grep -vc nosuid); grep -E '^(NoNewPrivs|CapEff|CapBnd)' "
+                           "/proc/self/status; su -c id root 2>&1 | tail -1")
+    assert "binds=3 suid=0" in log, log
+    assert "NoNewPrivs:\t1" in log and "CapEff:\t0000000000000000" in log
+    assert "CapBnd:\t0000000000000000" in log
+    assert "uid=0" not in log
+
+
 def test_namespaces_and_mounts_are_refused_inside(world):
     res, log = _raw(world, "unshare -U true; echo u=$?; unshare -n true; echo n=$?; "
                            "mount -t tmpfs x /tmp; echo m=$?; "
