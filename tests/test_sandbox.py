@@ -341,7 +341,7 @@ def test_no_privilege_to_regain_inside(world):
     assert "binds=3 suid=0" in log, log
     assert "NoNewPrivs:\t1" in log and "CapEff:\t0000000000000000" in log
     assert "CapBnd:\t0000000000000000" in log
-    assert "uid=0" not in log
+    assert "uid=0(root)" not in log
 
 
 def test_namespaces_and_mounts_are_refused_inside(world):
