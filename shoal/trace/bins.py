@@ -115,6 +115,7 @@ class Hist:
     edges: np.ndarray
     counts: dict[str, np.ndarray]
     n: dict[str, int]
+    log: bool = True                        # log-spaced bins (values span 20x or more)
 
 
 @dataclass
@@ -177,13 +178,13 @@ def series(trace: Trace, s: dict[str, Any]) -> Series | None:
 
     # queues: in the head from submission (or the previous attempt's end) to dispatch;
     # on an agent from dispatch to start (or to the end of an attempt that never started)
+    tid = np.fromiter((a.tid for a in atts), dtype=np.int64)
+    num = np.fromiter((a.attempt for a in atts), dtype=np.int64)
+    order = np.lexsort((num, tid))
+    again = np.zeros(len(atts), dtype=bool)  # a later attempt of the task before it
+    again[1:] = (tid[order][1:] == tid[order][:-1]) & (num[order][1:] > 0)
     enter = sub.copy()
-    prev: dict[int, float] = {}
-    for i in sorted(range(len(atts)), key=lambda i: (atts[i].tid, atts[i].attempt)):
-        tid = atts[i].tid
-        if tid in prev and atts[i].attempt:
-            enter[i] = prev[tid]
-        prev[tid] = rec[i]
+    enter[order[1:][again[1:]]] = rec[order[:-1][again[1:]]]
     leave_head = np.where(np.isnan(disp), rec, disp)
     on_agent = ~np.isnan(disp)
     agent_out = np.where(np.isnan(sta), rec, sta)
@@ -191,7 +192,8 @@ def series(trace: Trace, s: dict[str, Any]) -> Series | None:
              "waiting on an agent": level(disp[on_agent], agent_out[on_agent], edges)[0],
              "running": level(sta[ran], end[ran], edges)[0]}
 
-    failed = [i for i, a in enumerate(atts) if a.attempt and a.failed]
+    bad = np.fromiter((a.failed for a in atts), dtype=bool)
+    failed = np.flatnonzero(bad & (num > 0)).tolist()
     fail_edges = np.linspace(0.0, span, min(FAIL_BINS, max(10, len(failed))) + 1)
     failures: dict[str, np.ndarray] = {}
     kinds = Counter(_fail_kind(atts[i]) for i in failed)
@@ -205,8 +207,8 @@ def series(trace: Trace, s: dict[str, Any]) -> Series | None:
     out = Series(t0, span, edges, busy, slots, busy_gpus, gpu_slots, queue,
                  _gantt(trace, atts, sta, end, ran, cores, span),
                  _hist(names, setup_v), _hist(names, run_v), fail_edges, failures)
-    out.by_name = _by_name(atts, setup_v, run_v, cores)
-    out.retried, out.retried_total = _retried(atts)
+    out.by_name = _by_name(atts, setup_v, run_v, cores, bad)
+    out.retried, out.retried_total = _retried(atts, tid, num)
     return out
 
 
@@ -220,7 +222,12 @@ def _hist(names: list[str], values: np.ndarray) -> Hist | None:
     hi = float(v.max())
     if hi <= lo:
         lo, hi = lo / 2, lo * 2
-    edges = np.geomspace(lo, hi * (1 + 1e-9), HIST_BINS + 1)
+    log = hi / lo >= 20  # else a log axis would show a few crowded ticks
+    if log:
+        edges = np.geomspace(lo, hi * (1 + 1e-9), HIST_BINS + 1)
+    else:
+        lo = min(lo, float(v.min()))
+        edges = np.linspace(lo, hi + (hi - lo) * 1e-9, HIST_BINS + 1)
     keep = [n for i, n in enumerate(names) if ok[i]]
     top = [n for n, _ in Counter(keep).most_common(TOP_NAMES)]
     label = np.array([n if n in top else "other" for n in keep], dtype=object)
@@ -231,7 +238,7 @@ def _hist(names: list[str], values: np.ndarray) -> Hist | None:
         if sel.size:
             counts[name] = np.histogram(np.clip(sel, lo, edges[-1]), edges)[0]
             n[name] = int(sel.size)
-    return Hist(edges, counts, n)
+    return Hist(edges, counts, n, log)
 
 
 def _pct(v: np.ndarray) -> dict[str, float] | None:
@@ -244,7 +251,7 @@ def _pct(v: np.ndarray) -> dict[str, float] | None:
 
 
 def _by_name(atts: list[Attempt], setup_v: np.ndarray, run_v: np.ndarray,
-             cores: np.ndarray) -> list[dict[str, Any]]:
+             cores: np.ndarray, bad: np.ndarray) -> list[dict[str, Any]]:
     """Per function/command: attempts, failed attempts, run and setup percentiles (the
     same quantile rule as shoal.trace.report.percentiles), busy core-seconds."""
     idx: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -256,22 +263,25 @@ def _by_name(atts: list[Attempt], setup_v: np.ndarray, run_v: np.ndarray,
         sel = np.array(ii)
         r = run_v[sel]
         rows.append({"name": name, "kind": kind, "attempts": len(ii),
-                     "failed": sum(1 for i in ii if atts[i].failed),
+                     "failed": int(bad[sel].sum()),
                      "run_s": _pct(r), "setup_s": _pct(setup_v[sel]),
                      "busy_core_s": float(np.nansum(r * cores[sel]))})
     rows.sort(key=lambda row: -row["attempts"])
     return rows
 
 
-def _retried(atts: list[Attempt], shown: int = 20) -> tuple[list[dict[str, Any]], int]:
-    """Tasks run more than once: their attempts' statuses in order (the first ``shown``)."""
+def _retried(atts: list[Attempt], tid: np.ndarray, num: np.ndarray,
+             shown: int = 20) -> tuple[list[dict[str, Any]], int]:
+    """Tasks run more than once: their attempts' statuses in order (the first ``shown``,
+    in the order of their first attempt in the trace)."""
+    ran = num > 0
+    tids, first, counts = np.unique(tid[ran], return_index=True, return_counts=True)
+    many = tids[counts > 1][np.argsort(first[counts > 1], kind="stable")]
     runs: dict[int, list[Attempt]] = defaultdict(list)
-    for a in atts:
-        if a.attempt:
-            runs[a.tid].append(a)
-    many = [v for v in runs.values() if len(v) > 1]
+    for i in np.flatnonzero(ran & np.isin(tid, many[:shown])).tolist():
+        runs[atts[i].tid].append(atts[i])
     out = []
-    for v in many[:shown]:
+    for v in (runs[t] for t in many[:shown].tolist()):
         v.sort(key=lambda a: a.attempt)
         out.append({"tid": v[0].tid, "name": v[0].name, "attempts": len(v),
                     "statuses": [f"{a.status}" + (f" ({a.note})" if a.note else "") for a in v],

@@ -101,13 +101,15 @@ def timeline(g: Gantt, span: float, x_range: Range1d, colors: dict[str, str]) ->
         factors = [*colors, "other"]
         r = p.quad(left="left", right="right", bottom="bottom", top="top", source=src,
                    fill_color=factor_cmap("color_key", [*colors.values(), OTHER], factors),
-                   line_color="white", line_width=0.5, legend_field="color_key")
+                   line_color="white", line_width=0.5, legend_field="color_key",
+                   name="attempts")
         fail = [i for i, f in enumerate(bars["failed"]) if f]
         if fail:
             fsrc = ColumnDataSource({k: [v[i] for i in fail] for k, v in bars.items()})
             p.quad(left="left", right="right", bottom="bottom", top="top", source=fsrc,
                    fill_alpha=0, line_color=FAILED, line_width=2, hatch_pattern="x",
-                   hatch_color=FAILED, hatch_alpha=0.6, legend_label="failed attempt")
+                   hatch_color=FAILED, hatch_alpha=0.6, legend_label="failed attempt",
+                   name="failed attempts")
         p.add_tools(HoverTool(renderers=[r], tooltips=[
             ("", "@name"), ("task", "@tid attempt @attempt"), ("status", "@status"),
             ("agent", "@agent"), ("started", "@left{0.000} s"), ("ran", "@run{0.000} s")]))
@@ -119,7 +121,8 @@ def timeline(g: Gantt, span: float, x_range: Range1d, colors: dict[str, str]) ->
                         f"busy fraction of {what} per {g.bin_s:.3g} s")
         mapper = LinearColorMapper(palette=list(reversed(Blues256)), low=0, high=100)
         assert g.image is not None
-        r = p.image(image=[g.image], x=0, y=0, dw=span, dh=n, color_mapper=mapper)
+        r = p.image(image=[g.image], x=0, y=0, dw=span, dh=n, color_mapper=mapper,
+                    name="busy")
         p.add_layout(ColorBar(color_mapper=mapper, title="% busy", width=10), "right")
         p.add_tools(HoverTool(renderers=[r], tooltips=[("busy", "@image %"),
                                                        ("at", "$x{0.00} s"), ("row", "$y{0}")]))
@@ -171,7 +174,9 @@ def queue(x: Series, x_range: Range1d) -> Any:
 
 
 def histogram(h: Hist, title: str, colors: dict[str, str]) -> Any:
-    p = _fig(title, None, 300, "attempts", x_label="seconds (log scale)", x_axis_type="log")
+    p = _fig(title, None, 300, "attempts",
+             x_label="seconds (log scale)" if h.log else "seconds",
+             x_axis_type="log" if h.log else "linear")
     lines = []
     for name, counts in h.counts.items():
         y = np.append(counts, counts[-1])

@@ -32,6 +32,7 @@ from shoal.trace.report import format_text, summary
 from shoal.trace.store import TraceError
 
 EXTRA_HINT = "pip install 'shoal[report]'"
+AGENTS_SHOWN = 500   # rows of the agents table (a scrolling box)
 
 
 def _need_extra() -> None:
@@ -123,11 +124,12 @@ def summary_tables(s: dict[str, Any]) -> str:
                    '<th>n</th><th>p50</th><th>p90</th><th>p99</th><th>max</th></tr></thead>'
                    f'<tbody>{"".join(lrows)}</tbody></table>')
     out.append("</div>")
-    if s.get("agents"):
-        out.append('<table class="list" id="summary-agents"><thead><tr><th>agent</th>'
-                   "<th>node</th><th>slots</th><th>GPUs</th><th>attempts</th><th>busy</th>"
-                   "<th>left</th></tr></thead><tbody>")
-        for i, a in enumerate(s["agents"]):
+    agents = s.get("agents") or []
+    if agents:
+        out.append(f'<div class="scroll"><table class="list" id="summary-agents"><thead><tr>'
+                   f"<th>agent ({len(agents):,})</th><th>node</th><th>slots</th><th>GPUs</th>"
+                   "<th>attempts</th><th>busy</th><th>left</th></tr></thead><tbody>")
+        for i, a in enumerate(agents[:AGENTS_SHOWN]):
             out.append(f"<tr><td>{_esc(a['name'])}</td><td>{_esc(a['node'])}</td>"
                        + _cell(f"agents.{i}.slots", a["slots"], str(a["slots"]))
                        + _cell(f"agents.{i}.gpus", a["gpus"], str(a["gpus"]))
@@ -135,7 +137,10 @@ def summary_tables(s: dict[str, Any]) -> str:
                        + _cell(f"agents.{i}.busy_fraction", a["busy_fraction"],
                                _pct(a["busy_fraction"]))
                        + f"<td>{_esc(a['left'] or '')}</td></tr>")
-        out.append("</tbody></table>")
+        out.append("</tbody></table></div>")
+        if len(agents) > AGENTS_SHOWN:
+            out.append(f"<p>... and {len(agents) - AGENTS_SHOWN:,} more agents "
+                       "(<code>shoal trace --json</code> lists all).</p>")
     return "\n".join(out)
 
 
@@ -205,7 +210,8 @@ th, td { padding: 0.2em 0.7em; border-bottom: 1px solid #eee; text-align: left; 
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .summary th { font-weight: 600; } .pair { display: grid;
   grid-template-columns: repeat(auto-fit, minmax(480px, 1fr)); gap: 1em; }
-.figure { margin: 0.5em 0; } pre { background: #f6f6f6; padding: 0.7em; overflow-x: auto; }
+.figure { margin: 0.5em 0; } .scroll { max-height: 22em; overflow-y: auto;
+  display: inline-block; border: 1px solid #eee; } pre { background: #f6f6f6; padding: 0.7em; overflow-x: auto; }
 """
 
 
