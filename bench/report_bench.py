@@ -2,6 +2,8 @@
 
     PYTHONPATH=. python bench/report_bench.py [--tasks 100000] [--reps 3]
 
+With --demo PNG: the small real run of docs/img/report.png instead (see demo()).
+
 Three traces of --tasks tasks each:
 - W1: a real traced run, ``Executor(trace=...)`` (the local default: 2 slots) running one
   no-op ``submit`` per task (the worst case for a report: tiny tasks, 2 lanes);
@@ -118,6 +120,60 @@ def write_w1(path: str, tasks: int) -> None:
     subprocess.run([sys.executable, "-c", code, path, str(tasks)], check=True)
 
 
+def simulate(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def analyse(n: int) -> int:
+    return sum(i * i for i in range(n))
+
+
+def fetch(i: int) -> int:
+    if random.random() < 0.3:
+        raise ConnectionError(f"input {i} not there yet")
+    time.sleep(0.1)
+    return i
+
+
+def demo(trace: str) -> None:
+    """The run of docs/img/report.png: `shoal head --trace` and two agents of 2 slots on
+    loopback; naps, CPU work, commands, a task that fails at random (retries=3) and a
+    command that exits 1."""
+    from shoal import Command, Executor
+
+    tmp = tempfile.mkdtemp(prefix="rdemo")
+    conn = os.path.join(tmp, "run.json")
+    py = [sys.executable, "-m", "shoal"]
+    procs = [subprocess.Popen([*py, "head", "--bind", "tcp://127.0.0.1:0", "--connection-file",
+                               conn, "--trace", trace], stderr=subprocess.DEVNULL)]
+    try:
+        while not os.path.exists(conn):
+            time.sleep(0.05)
+        procs += [subprocess.Popen([*py, "agent", "--connect", conn, "--name", n, "--slots",
+                                    "2"], stderr=subprocess.DEVNULL) for n in ("node1", "node2")]
+        with Executor(connect=conn) as ex:
+            while len(ex.agents()) < 2:
+                time.sleep(0.1)
+            rng = random.Random(4)
+            fs = [ex.submit(simulate, rng.uniform(0.2, 1.2)) for _ in range(24)]
+            fs += [ex.options(retries=3).submit(fetch, i) for i in range(10)]
+            fs += [ex.submit(Command(f"sleep {rng.uniform(0.3, 0.8):.2f}")) for _ in range(6)]
+            fs += [ex.submit(analyse, rng.randint(200_000, 3_000_000)) for _ in range(16)]
+            fs.append(ex.submit(Command("grep -q needle /etc/hostname")))
+            for f in fs:
+                try:
+                    f.result()
+                except Exception:
+                    pass
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def render_s(browser: object, page_path: str) -> float:
     """Seconds from navigation to every Bokeh figure drawn, in a fresh offline page; fails
     on a console error or a request that leaves the file."""
@@ -141,11 +197,29 @@ def main() -> int:
     ap.add_argument("--tasks", type=int, default=100_000)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--keep", metavar="DIR", help="keep the traces and pages here")
+    ap.add_argument("--demo", metavar="PNG", help="instead: run the demo (see demo()), write "
+                    "its report and a screenshot of the whole page to PNG (docs/img/report.png)")
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
     from shoal.trace import summary
     from shoal.trace.html import write_html
+
+    if args.demo:
+        with tempfile.TemporaryDirectory() as tmp:
+            trace, page = os.path.join(tmp, "demo.trace"), os.path.join(tmp, "report.html")
+            demo(trace)
+            write_html(trace, page)
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+                render_s(browser, page)
+                view = browser.new_page(viewport={"width": 1300, "height": 900})
+                view.goto("file://" + page)
+                view.wait_for_function(READY, timeout=60_000)
+                view.screenshot(path=args.demo, full_page=True)
+                browser.close()
+        print(f"wrote {args.demo}")
+        return 0
 
     work = args.keep or tempfile.mkdtemp(prefix="rbench")
     os.makedirs(work, exist_ok=True)

@@ -46,17 +46,14 @@ def _fig(title: str, x_range: Range1d | None, height: int, y_label: str,
     return p
 
 
-def _legend(p: Any, outside: bool = False) -> None:
+def _legend(p: Any) -> None:
+    """The legend beside the plot, not over its data; a click hides a series."""
     if not p.legend:
         return
     legend = p.legend[0]
     legend.click_policy = "hide"
     legend.label_text_font_size = "9pt"
-    if outside:  # beside the plot, not over its data
-        p.add_layout(legend, "right")
-    else:
-        legend.location = "top_left"
-        legend.background_fill_alpha = 0.7
+    p.add_layout(legend, "right")
 
 
 def _row_ticks(p: Any, g: Gantt) -> None:
@@ -113,7 +110,7 @@ def timeline(g: Gantt, span: float, x_range: Range1d, colors: dict[str, str]) ->
         p.add_tools(HoverTool(renderers=[r], tooltips=[
             ("", "@name"), ("task", "@tid attempt @attempt"), ("status", "@status"),
             ("agent", "@agent"), ("started", "@left{0.000} s"), ("ran", "@run{0.000} s")]))
-        _legend(p, outside=True)
+        _legend(p)
     else:
         what = {"slot": "each slot", "agent": "each agent's slots",
                 "agents": "each group of agents' slots"}[g.unit]
@@ -188,7 +185,7 @@ def histogram(h: Hist, title: str, colors: dict[str, str]) -> Any:
     for r, name in zip(lines, h.counts, strict=True):
         r.name = name
     p.y_range.start = 0
-    _legend(p, outside=True)
+    _legend(p)
     return p
 
 
