@@ -53,11 +53,14 @@ READY = ("() => window.Bokeh && Bokeh.documents.length > 0 && "
 
 
 def write_synthetic(path: str, tasks: int, agents: int, slots: int, seed: int = 1,
-                    fail: float = 0.01, run_s: tuple[float, float] = (1.0, 10.0)) -> None:
+                    fail: float = 0.01, run_s: tuple[float, float] = (1.0, 10.0),
+                    gpus: int = 0) -> None:
     """A trace in the store's format of ``tasks`` one-core Python tasks of ``run_s``
     seconds on ``agents`` agents of ``slots`` slots, placed earliest-free-slot first, in
     virtual time (the way a simulator writes one); a ``fail`` share fails its first
-    attempt (ValueError) and runs again. Results come back per agent every 0.5 s."""
+    attempt (ValueError) and runs again. Results come back per agent every 0.5 s. With
+    ``gpus``, agents offer that many GPUs and every 32nd task asks for one (not placed by
+    GPU: a figure's input, not a schedule)."""
     rng = random.Random(seed)
     t0 = 1_800_000_000.0
     tids = list(range(1, tasks + 1))
@@ -90,10 +93,11 @@ def write_synthetic(path: str, tasks: int, agents: int, slots: int, seed: int = 
     with open(path, "wb") as fh:
         fh.write(pack({"shoal_trace": VERSION, "t": t0, "pid": os.getpid(),
                        "host": socket.gethostname(), "run_id": "synthetic"}))
-        first = [[AGENT_JOIN, t0, a, f"a{a:04d}", f"n{a:04d}", slots, 0, 0, "sim", None]
+        first = [[AGENT_JOIN, t0, a, f"a{a:04d}", f"n{a:04d}", slots, gpus, 0, "sim", None]
                  for a in range(1, agents + 1)]
+        requests = [[1, 0] if tid % 32 == 0 else None for tid in tids] if gpus else None
         first += [[FUNCS, {1: "sim.work"}], [CLIENT_JOIN, t0, 1, "client", "sim", None],
-                  [SUBMIT, t0, tids, 1, 0, 1, 1, None]]
+                  [SUBMIT, t0, tids, 1, 0, 1, 1, requests]]
         fh.write(pack(first))
         rows = []
         for (agent, _), items in sorted(done.items(), key=lambda kv: kv[1][0][6]):

@@ -226,20 +226,22 @@ def test_timeline_has_a_bar_per_attempt_that_ran(loaded: Loaded,
 def test_100k_tasks_on_2048_agents_aggregated_small_and_drawn(browser: Any,
                                                               tmp_path: Path) -> None:
     path, page = tmp_path / "big.trace", tmp_path / "big.html"
-    write_synthetic(str(path), 100_000, 2048, 128)
+    write_synthetic(str(path), 100_000, 2048, 128, gpus=6)
     size = write_html(path, page)
     assert size < 3_000_000  # Bokeh's 1.3 MB and binned data, not 100,000 bars
     loaded = Loaded(browser, page)
     try:
         assert loaded.errors() == [], loaded.errors()
         drawn = loaded.drawn()
-        assert set(drawn) == FIGURES
+        assert set(drawn) == FIGURES | {"gpu-utilization"}
         assert all(v > 0.002 for v in drawn.values()), drawn
         assert "attempts" not in loaded.sources()  # no bar per attempt: the busy image
         assert loaded.sources()["busy"] == 1
         cells = dict(loaded.page.evaluate("""() => [...document.querySelectorAll(
             'td[data-key]')].map(td => [td.dataset.key, JSON.parse(td.dataset.value)])"""))
-        assert cells["attempts"] == trace.summary(path)["attempts"] > 100_000
+        s = trace.summary(path)
+        assert cells["attempts"] == s["attempts"] > 100_000
+        assert cells["gpus.utilization"] == s["gpus"]["utilization"] > 0
     finally:
         loaded.close()
 

@@ -294,6 +294,9 @@ def write_html(source: str | os.PathLike[str] | Trace, out: str | os.PathLike[st
     """Write the report page of ``source`` (a trace path or :class:`Trace`) to ``out``;
     returns its size in bytes. TraceError (one line) for a bad trace, an unwritable
     output, or the extra not installed."""
+    where = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(where):  # before the work of building the page
+        raise TraceError(f"cannot write the report {os.fspath(out)!r}: no directory {where!r}")
     page = build_html(source, run).encode()
     tmp = f"{os.fspath(out)}.tmp{os.getpid()}"
     try:
