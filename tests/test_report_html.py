@@ -264,6 +264,21 @@ def test_level_is_the_time_weighted_mean_per_bin() -> None:
     assert np.allclose(got, want)
 
 
+def test_series_add_up_to_the_summary(traced: tuple[Path, Path]) -> None:
+    """The utilization figure's areas are the summary's busy core-seconds and slot-seconds
+    (the same definitions, binned); the queue's running line is the attempts that ran."""
+    t = trace.read(traced[0])
+    s = trace.summary(t)
+    x = bins.series(t, s)
+    width = x.span / bins.TIME_BINS
+    assert x.busy_cores.sum() * width == pytest.approx(s["cores"]["busy_core_s"], rel=1e-6)
+    assert x.slots.sum() * width == pytest.approx(s["cores"]["slot_s"], rel=1e-6)
+    ran = sum(a.ended - a.started for a in t.attempts if a.started and a.ended)
+    assert x.queue["running"].sum() * width == pytest.approx(ran, rel=1e-6)
+    assert sum(int(v.sum()) for v in x.failures.values()) == s["failed_attempts"]
+    assert sum(r["attempts"] for r in x.by_name) == s["attempts"]
+
+
 def test_lanes_never_overlap_and_number_the_most_at_once() -> None:
     rng = random.Random(5)
     groups = [rng.choice("ab") for _ in range(500)]
