@@ -12,6 +12,7 @@ error when the extra is missing.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -35,8 +36,14 @@ from shoal.trace import bins  # noqa: E402
 from shoal.trace.html import write_html  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-from report_bench import READY, write_synthetic  # noqa: E402
+# bench/report_bench.py, loaded by path (bench/ on sys.path would shadow modules such as
+# "run" or "common" for the rest of the session)
+_spec = importlib.util.spec_from_file_location("report_bench",
+                                               os.path.join(ROOT, "bench", "report_bench.py"))
+assert _spec is not None and _spec.loader is not None
+report_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(report_bench)
+READY, write_synthetic = report_bench.READY, report_bench.write_synthetic
 
 PY = sys.executable
 ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
