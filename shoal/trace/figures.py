@@ -28,6 +28,7 @@ from shoal.trace.bins import Gantt, Hist, Series
 TOOLS = "xpan,xwheel_zoom,box_zoom,reset,save"
 OTHER = "#9e9e9e"
 FAILED = "#d62728"
+TIME_AXIS_LEFT, TIME_AXIS_RIGHT = 180, 90   # px: room for agent#lane labels, a colour bar
 # Category10 without its red (red marks failures) and grey (the rest): 8 names apart
 NAME_COLORS = [c for c in Category10_10 if c not in (FAILED, "#7f7f7f")]
 STATUS_COLORS = {"error": FAILED, "exit != 0": "#ff7f0e", "lost": "#9467bd",
@@ -38,6 +39,8 @@ def _fig(title: str, x_range: Range1d | None, height: int, y_label: str,
          x_label: str = "seconds since the first task was submitted", **kw: Any) -> Any:
     if x_range is not None:
         kw["x_range"] = x_range
+    if x_range is not None:  # the figures on the run's time axis: plot areas aligned
+        kw.update(min_border_left=TIME_AXIS_LEFT, min_border_right=TIME_AXIS_RIGHT)
     p = figure(title=title, height=height, sizing_mode="stretch_width", tools=TOOLS, **kw)
     p.xaxis.axis_label = x_label
     p.yaxis.axis_label = y_label
@@ -46,14 +49,16 @@ def _fig(title: str, x_range: Range1d | None, height: int, y_label: str,
     return p
 
 
-def _legend(p: Any) -> None:
-    """The legend beside the plot, not over its data; a click hides a series."""
+def _legend(p: Any, where: str = "right") -> None:
+    """The legend beside (or above) the plot, not over its data; a click hides a series."""
     if not p.legend:
         return
     legend = p.legend[0]
     legend.click_policy = "hide"
     legend.label_text_font_size = "9pt"
-    p.add_layout(legend, "right")
+    if where == "above":
+        legend.orientation = "horizontal"
+    p.add_layout(legend, where)
 
 
 def _row_ticks(p: Any, g: Gantt) -> None:
@@ -86,7 +91,7 @@ def names_palette(names: list[str]) -> dict[str, str]:
 
 def timeline(g: Gantt, span: float, x_range: Range1d, colors: dict[str, str]) -> Any:
     n = len(g.rows)
-    height = max(220, min(720, 14 * n + 110))
+    height = max(220, min(720, 14 * n + 110)) + (40 if g.bars is not None else 0)  # legend
     p = _fig("", x_range, height, {"slot": "agent #lane", "agent": "agent",
                                    "agents": "agents"}[g.unit],
              y_range=Range1d(0, max(n, 1)))
@@ -110,7 +115,7 @@ def timeline(g: Gantt, span: float, x_range: Range1d, colors: dict[str, str]) ->
         p.add_tools(HoverTool(renderers=[r], tooltips=[
             ("", "@name"), ("task", "@tid attempt @attempt"), ("status", "@status"),
             ("agent", "@agent"), ("started", "@left{0.000} s"), ("ran", "@run{0.000} s")]))
-        _legend(p)
+        _legend(p, "above")
     else:
         what = {"slot": "each slot", "agent": "each agent's slots",
                 "agents": "each group of agents' slots"}[g.unit]
@@ -134,11 +139,11 @@ def utilization(x: Series, x_range: Range1d, gpus: bool = False) -> Any:
     what = "GPUs" if gpus else "cores"
     width = x.span / len(busy)
     p = _fig(f"Utilization over time: {what} busy and {what} offered by the agents "
-             f"(mean per {width:.3g} s)", x_range, 260, what)
+             f"(mean per {width:.3g} s)", x_range, 300, what)
     c = (x.edges[:-1] + x.edges[1:]) / 2
     util = np.divide(busy, cap, out=np.zeros_like(busy), where=cap > 0) * 100
     src = ColumnDataSource({"t": c, "busy": busy, "cap": cap, "util": util})
-    r = p.varea_step(x="t", y1=0, y2="busy", source=src, step_mode="center",
+    p.varea_step(x="t", y1=0, y2="busy", source=src, step_mode="center",
                      fill_color="#1f77b4", fill_alpha=0.6, legend_label=f"{what} busy")
     p.step(x="t", y="cap", source=src, mode="center", color="black", line_width=1.5,
            legend_label=f"{what} offered (agents' {'GPUs' if gpus else 'slots'})")
@@ -146,15 +151,14 @@ def utilization(x: Series, x_range: Range1d, gpus: bool = False) -> Any:
     p.add_tools(HoverTool(renderers=[line], mode="vline", tooltips=[
         ("at", "@t{0.00} s"), ("busy", "@busy{0.0}"), ("offered", "@cap{0.0}"),
         ("utilization", "@util{0.0} %")]))
-    del r
     p.y_range.start = 0
-    _legend(p)
+    _legend(p, "above")
     return p
 
 
 def queue(x: Series, x_range: Range1d) -> Any:
     width = x.span / len(x.busy_cores)
-    p = _fig(f"Queue length over time (mean per {width:.3g} s)", x_range, 260, "tasks")
+    p = _fig(f"Queue length over time (mean per {width:.3g} s)", x_range, 300, "tasks")
     c = (x.edges[:-1] + x.edges[1:]) / 2
     data = {"t": c, **{f"q{i}": v for i, v in enumerate(x.queue.values())}}
     src = ColumnDataSource(data)
@@ -166,7 +170,7 @@ def queue(x: Series, x_range: Range1d) -> Any:
     p.add_tools(HoverTool(renderers=lines[:1], mode="vline", tooltips=[
         ("at", "@t{0.00} s"), *((label, f"@q{i}{{0.0}}") for i, label in enumerate(x.queue))]))
     p.y_range.start = 0
-    _legend(p)
+    _legend(p, "above")
     return p
 
 
@@ -192,7 +196,7 @@ def histogram(h: Hist, title: str, colors: dict[str, str]) -> Any:
 def failures(x: Series, x_range: Range1d) -> Any:
     width = float(x.fail_edges[1] - x.fail_edges[0])
     p = _fig(f"Failed attempts over time, by how they failed (per {width:.3g} s)", x_range,
-             240, "failed attempts")
+             280, "failed attempts")
     c = (x.fail_edges[:-1] + x.fail_edges[1:]) / 2
     kinds = list(x.failures)
     src = ColumnDataSource({"t": c, **{k: v for k, v in x.failures.items()}})
@@ -202,5 +206,5 @@ def failures(x: Series, x_range: Range1d) -> Any:
     p.add_tools(HoverTool(renderers=rs, tooltips=[("at", "@t{0.00} s"),
                                                   *((k, f"@{{{k}}}") for k in kinds)]))
     p.y_range.start = 0
-    _legend(p)
+    _legend(p, "above")
     return p

@@ -215,6 +215,20 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 """
 
 
+def _timeline_note(g: Any) -> str:
+    pan = "Drag to pan, wheel to zoom; every figure on this time axis follows."
+    if g is None or g.bars is not None:
+        return ("A row per slot of each agent (a lane: attempts that ran at once on one agent "
+                "are on different rows); hover a bar for the task. Failed attempts are hatched "
+                "red. " + pan)
+    rows = {"slot": "slot of each agent (a lane: attempts that ran at once on one agent are on "
+                    "different rows)",
+            "agent": "agent (its busy cores over its slots)",
+            "agents": "group of neighbouring agents (their busy cores over their slots)"}[g.unit]
+    return (f"{g.shown:,} attempts: a row per {rows}, coloured by the share of each time bin it "
+            f"was busy (dark: busy all the bin). " + pan)
+
+
 def build_html(source: str | os.PathLike[str] | Trace, run: int = -1) -> str:
     """The report page of one run of a trace (a path or a :class:`Trace`) as a string."""
     _need_extra()
@@ -266,10 +280,7 @@ def build_html(source: str | os.PathLike[str] | Trace, run: int = -1) -> str:
         body.append("<p>No attempts in this run: nothing to draw.</p>")
     else:
         body += ['<section id="timeline"><h2>Timeline of slots</h2>',
-                 fig("timeline", "A row per slot of each agent (a lane: attempts that ran "
-                     "at once on one agent are on different rows); hover a bar for the task. "
-                     "Failed attempts are hatched red. Drag to pan, wheel to zoom; every "
-                     "figure on this time axis follows."),
+                 fig("timeline", _timeline_note(x.gantt)),
                  '</section><section id="utilization"><h2>Utilization over time</h2>',
                  fig("utilization"), fig("gpu-utilization"),
                  '</section><section id="queue"><h2>Queue length over time</h2>',
