@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from typing import Any
 
 
@@ -28,15 +26,7 @@ def add_parser(sub: Any) -> None:
 
 
 def report(args: argparse.Namespace) -> int:
-    """`shoal report FILE [-o HTML] [--run N]` (and `shoal trace FILE --html HTML`)."""
-    from shoal.trace.html import write_html
-    from shoal.trace.store import TraceError
+    """`shoal report FILE [-o HTML] [--run N]`."""
+    from shoal.trace.html import cli
 
-    out = args.output or (os.path.splitext(args.file)[0] + ".html")
-    try:
-        size = write_html(args.file, out, args.run)
-    except TraceError as exc:
-        print(f"shoal {args.command}: {exc}", file=sys.stderr)
-        return 2
-    print(f"wrote {out} ({size / 1e6:.1f} MB)")
-    return 0
+    return cli(args.file, args.output, args.run, "report")

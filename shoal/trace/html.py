@@ -321,3 +321,20 @@ def write_html(source: str | os.PathLike[str] | Trace, out: str | os.PathLike[st
             pass
         raise TraceError(f"cannot write the report {os.fspath(out)!r}: {exc.strerror}") from None
     return len(page)
+
+
+def cli(file: str, output: str | None, run: int = -1, command: str = "report") -> int:
+    """`shoal report FILE [-o HTML] [--run N]` and `shoal trace FILE --html HTML`: write the
+    page, say where and how big; a bad trace, an unwritable output or the missing extra
+    is one line on stderr and exit status 2."""
+    import sys
+
+    out = output or (os.path.splitext(file)[0] + ".html")
+    try:
+        size = write_html(file, out, run)
+    except TraceError as exc:
+        print(f"shoal {command}: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out} ({size / 1e6:.1f} MB)")
+    return 0
+

@@ -272,11 +272,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "html", None):
-        from shoal.cli.trace import report
+        from shoal.trace.html import cli
 
-        args.output = args.html
-        args.command = "trace"
-        return report(args)
+        return cli(args.file, args.html, args.run, "trace")
     try:
         if getattr(args, "csv", False):
             try:
