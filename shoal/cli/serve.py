@@ -125,7 +125,7 @@ def main(args: argparse.Namespace) -> int:
 
     app = create_app(data_dir=data, jobs_dir=jobs, tokens=tokens, limits=limits,
                      run_job=run_job, max_upload=max_upload, max_running=args.max_running,
-                     data_root=getattr(sandbox, "DATA_MOUNT", "/data"))
+                     data_root=getattr(sandbox, "DATA_MOUNT", None) or str(data))
     return asyncio.run(_serve(app, host, int(port_s), ssl_ctx))
 
 

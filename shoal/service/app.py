@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from .files import BadPath, check_relpath, listing, open_under
 from .jobs import FINISHED, JobManager, QuotaError, read_progress, valid_id
@@ -379,8 +380,9 @@ async def _from_multipart(request: web.Request,
                         await loop.run_in_executor(None, f.write, chunk)
             else:
                 raise _Refused(400, f"unknown field {field!r} (script, arg, args, input)")
-    except ValueError as exc:  # the multipart reader's own complaints
-        raise _Refused(400, f"malformed multipart body: {exc}".splitlines()[0])
+    except (ValueError, AssertionError, HttpProcessingError) as exc:  # the reader's complaints
+        what = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+        raise _Refused(400, f"malformed multipart body: {what}".splitlines()[0])
     if script is None or not script.strip():
         raise _Refused(400, "field 'script' is required (the script's text or file)")
     if args is not None and arg_fields:
