@@ -24,3 +24,14 @@ if [ ! -e /usr/lib/python3.11/test/test_concurrent_futures.py ] && command -v ap
   apt-get install -y --no-install-recommends libpython3.11-testsuite \
     || { apt-get update && apt-get install -y --no-install-recommends libpython3.11-testsuite; }
 fi
+# `shoal serve`'s job sandbox (shoal/service/sandbox.py, docs/sandbox.md): bubblewrap, and
+# the unprivileged user the jobs run as (no home, no login shell)
+if ! command -v bwrap >/dev/null && command -v apt-get >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y --no-install-recommends bubblewrap \
+    || { apt-get update && apt-get install -y --no-install-recommends bubblewrap; }
+fi
+if [ "$(id -u)" = 0 ] && ! getent passwd shoal-job >/dev/null; then
+  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+    --user-group shoal-job
+fi

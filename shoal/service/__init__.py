@@ -1,2 +1,1 @@
-"""``shoal serve``: an HTTP service that runs shell scripts next to the data, each job in a
-sandbox (``sandbox.py``), and returns only their results (see docs/serve.md)."""
+"""shoal serve: the HTTP service for scripts and the sandbox its jobs run in."""
