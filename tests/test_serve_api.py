@@ -286,17 +286,25 @@ def test_several_tokens_at_once_and_quotas(serve) -> None:
 
 
 def test_output_quota(serve) -> None:
-    srv = serve(users={"alice": {"max_output": "64K"}})
-    st = srv.wait(srv.submit("seq 1 20000 > big.txt\n")["id"])
-    assert st["state"] == "succeeded" and st["output_bytes"] > 64 << 10
+    """A token's jobs keep at most max_output bytes: a job may write what is left, and once
+    nothing is left submissions are refused until jobs are deleted."""
+    srv = serve(users={"alice": {"max_output": "1M"}})
+    st = srv.wait(srv.submit("seq 1 100000 > big.txt\n")["id"])  # 588,895 bytes
+    assert st["state"] == "succeeded" and st["output_bytes"] >= 588895, st
     info = srv.json("GET", "/api/v1/info")
     assert info["quota"]["output_bytes"] == st["output_bytes"]
+    over = srv.wait(srv.submit("seq 1 100000 > big.txt\n")["id"])
+    assert over["state"] == "failed" and "output limit" in over["reason"], over
+    used = srv.json("GET", "/api/v1/info")["quota"]["output_bytes"]
+    assert used >= 1 << 20  # the second job's file was cut at what was left
     status, _, resp = srv.request("POST", "/api/v1/jobs", body={"script": "echo hi"})
     assert status == 507 and "max_output" in _one_line_error(resp)
-    assert srv.json("DELETE", f"/api/v1/jobs/{st['id']}")["deleted"] is True
-    assert srv.request("GET", f"/api/v1/jobs/{st['id']}")[0] == 404
-    assert not (srv.jobs / st["id"]).exists()
-    assert srv.submit("echo hi\n")["state"] in ("queued", "running")
+    for job in (st, over):
+        assert srv.json("DELETE", f"/api/v1/jobs/{job['id']}")["deleted"] is True
+        assert srv.request("GET", f"/api/v1/jobs/{job['id']}")[0] == 404
+        assert not (srv.jobs / job["id"]).exists()
+    assert srv.json("GET", "/api/v1/info")["quota"]["output_bytes"] == 0
+    assert srv.wait(srv.submit("seq 1 100000 > big.txt\n")["id"])["state"] == "succeeded"
 
 
 def test_log_follow_cancel_and_delete(serve) -> None:

@@ -24,8 +24,6 @@ needs_aiohttp = pytest.mark.skipif(
     reason="aiohttp not installed (pip install -e '.[serve]')")
 
 SERVE_CMD = [sys.executable, "-m", "shoal", "serve"]
-if os.environ.get("SHOAL_TEST_SERVE_CMD"):  # DEV ONLY until the sandbox is merged
-    SERVE_CMD = os.environ["SHOAL_TEST_SERVE_CMD"].split()
 
 
 class Server:

@@ -123,9 +123,14 @@ def main(args: argparse.Namespace) -> int:
     from shoal.service import sandbox
     from shoal.service.app import create_app
 
+    problems = sandbox.check()
+    if problems:
+        return _fail(f"the job sandbox cannot run here: {problems[0]}")
+    print(f"shoal serve: sandbox: {sandbox.describe()}", file=sys.stderr)
+
     app = create_app(data_dir=data, jobs_dir=jobs, tokens=tokens, limits=limits,
                      run_job=run_job, max_upload=max_upload, max_running=args.max_running,
-                     data_root=getattr(sandbox, "DATA_MOUNT", None) or str(data))
+                     data_root=sandbox.DATA)
     return asyncio.run(_serve(app, host, int(port_s), ssl_ctx))
 
 

@@ -139,7 +139,7 @@ class JobManager:
         self.limits = limits
         self.run_job = run_job
         jobs_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(jobs_dir, 0o711)  # job sandboxes reach their own directory, list none
+        os.chmod(jobs_dir, 0o700)  # jobs see only their own work/ (bound into the sandbox)
         self.store = Store(jobs_dir)
         self._pool = ThreadPoolExecutor(max_workers=max_running, thread_name_prefix="shoal-job")
         self._cancel: dict[str, threading.Event] = {}
@@ -177,8 +177,8 @@ class JobManager:
                                  f"outputs (max_output = {format_size(token.max_output)}); "
                                  "delete jobs first", 507)
             job_id = secrets.token_hex(8)
-            work = self.work_dir(job_id)
-            work.mkdir(parents=True)
+            self.job_dir(job_id).mkdir(mode=0o700)
+            self.work_dir(job_id).mkdir()
             return job_id
 
     def discard(self, job_id: str) -> None:
