@@ -32,13 +32,12 @@ needs_sandbox = pytest.mark.skipif(_sandbox_ready() is not None,
                                    reason=f"job sandbox unavailable: {_sandbox_ready()}")
 
 
-def _shadow_secrets() -> list[bytes]:
-    """Password fields of the host's /etc/shadow that a leak would show."""
+def _shadow_lines() -> list[bytes]:
+    """The lines of the host's /etc/shadow (a leak would show them whole)."""
     try:
-        lines = Path("/etc/shadow").read_bytes().splitlines()
+        return [ln for ln in Path("/etc/shadow").read_bytes().splitlines() if ln.strip()]
     except OSError:
         return []
-    return [ln for ln in lines if ln.count(b":") >= 2 and len(ln.split(b":")[1]) > 1]
 
 
 @needs_sandbox
@@ -119,7 +118,7 @@ def test_hostile_jobs_are_contained_and_others_still_run(serve, tmp_path: Path) 
     for name in ("never_ends", "loops_forever"):
         assert reason(name) == "wall time limit 6 s reached", res[name]
     # nothing secret leaked into any output or log
-    leaks = [secret.encode(), *_shadow_secrets()]
+    leaks = [secret.encode(), *_shadow_lines()]
     for name, job in ids.items():
         _, _, log = srv.request("GET", f"/api/v1/jobs/{job}/log", token="eve")
         blobs = [log]
