@@ -97,7 +97,7 @@ def submit(url: str, token: str, work: str) -> tuple[float, int]:
     with open(os.path.join(work, "job.sh"), "w") as f:
         f.write(JOB)
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "shoal", "submit", "--token", token, "-q",
+    r = subprocess.run([sys.executable, "-m", "shoal", "submit", f"--token={token}", "-q",
                         "--delete", "-o", os.path.join(work, "out"), url,
                         os.path.join(work, "job.sh"), "/data"],
                        capture_output=True, text=True, env=_env())
@@ -110,7 +110,7 @@ def submit(url: str, token: str, work: str) -> tuple[float, int]:
 
 def inner(a: argparse.Namespace) -> None:
     """In the namespace: start the service, time both ways, print one JSON line."""
-    token = secrets.token_urlsafe(24)
+    token = secrets.token_hex(20)
     jobs = os.path.join(a.work, f"jobs-{a.rate}")
     shutil.rmtree(jobs, ignore_errors=True)
     os.makedirs(jobs)

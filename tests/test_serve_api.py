@@ -99,7 +99,7 @@ def test_nco_job_gives_bash_files(serve, tmp_path: Path) -> None:
     # the same through the client: `shoal submit URL script ARGS --input F -o DIR`
     (tmp_path / "job.sh").write_text(NCO_SCRIPT)
     out = tmp_path / "got_cli"
-    r = subprocess.run([sys.executable, "-m", "shoal", "submit", "--token", srv.tokens["alice"],
+    r = subprocess.run([sys.executable, "-m", "shoal", "submit", f"--token={srv.tokens['alice']}",
                         "--input", str(local_in), "-o", str(out), srv.url,
                         str(tmp_path / "job.sh"), listing["root"]],
                        capture_output=True, text=True, timeout=120,

@@ -36,7 +36,7 @@ class Server:
         self.tokens: dict[str, str] = {}
         lines = []
         for name, conf in (users or {"alice": {}}).items():
-            tok = secrets.token_urlsafe(24)
+            tok = secrets.token_hex(20)
             self.tokens[name] = tok
             lines.append(f"[tokens.{name}]\ntoken = \"{tok}\"")
             lines += [f"{k} = {json.dumps(v)}" for k, v in conf.items()]

@@ -461,10 +461,17 @@ async def job_log(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+def _outputs(work: Path, limit: int = 10000) -> tuple[list[dict[str, object]], bool]:
+    """The job's files and directories, less the runner's scratch trees (a running job's)."""
+    entries, truncated = listing(work, limit)
+    return [e for e in entries
+            if not str(e["name"]).split("/", 1)[0].startswith(".shoal-scratch-")], truncated
+
+
 async def job_outputs(request: web.Request) -> web.Response:
     job = _job_or_404(request)
     work = request.app[JOBS_KEY].work_dir(job.id)
-    entries, truncated = await asyncio.get_running_loop().run_in_executor(None, listing, work)
+    entries, truncated = await asyncio.get_running_loop().run_in_executor(None, _outputs, work)
     files = [{"name": e["name"], "size": e["size"], "mtime": e["mtime"],
               "url": f"{API}/jobs/{job.id}/outputs/{e['name']}"}
              for e in entries if e["type"] == "file"]
@@ -502,7 +509,7 @@ async def job_archive(request: web.Request) -> web.StreamResponse:
 
 
 def _write_archive(out: io.RawIOBase, work: Path, fmt: str) -> None:
-    entries, _ = listing(work, limit=1 << 30)
+    entries, _ = _outputs(work, limit=1 << 30)
     if fmt == "zip":
         with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1,
                              allowZip64=True) as zf:

@@ -151,6 +151,8 @@ def new_token(name: str) -> tuple[str, str]:
     """A fresh random token and the TOML table (with its digest) that admits it."""
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ValueError(f"token name {name!r}: use letters, digits, '_', '.', '-'")
-    tok = secrets.token_urlsafe(32)
+    tok = "-"
+    while tok.startswith("-"):  # a leading '-' would read as an option: `--token -x...`
+        tok = secrets.token_urlsafe(32)
     return tok, (f"[tokens.{name}]\nsha256 = \"{digest(tok).hex()}\"\n"
                  f"max_jobs = {DEFAULT_MAX_JOBS}\nmax_output = \"10G\"\n")
