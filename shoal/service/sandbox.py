@@ -128,13 +128,12 @@ def _memfd(name: str, data: bytes) -> int:
 
 def _prepare_work(work: Path, h: Host) -> None:
     work.mkdir(parents=True, exist_ok=True)
-    if h.root:
-        # the job user owns its tree (uploaded inputs included); nothing else of job_dir
-        for dirpath, dirnames, filenames in os.walk(work):
-            for n in dirnames + filenames:
-                os.lchown(os.path.join(dirpath, n), h.uid, h.gid)
-        os.lchown(work, h.uid, h.gid)
-        os.chmod(work, 0o700)
+    # the job user owns its tree (uploaded inputs included); nothing else of job_dir
+    for dirpath, dirnames, filenames in os.walk(work):
+        for n in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, n), h.uid, h.gid)
+    os.lchown(work, h.uid, h.gid)
+    os.chmod(work, 0o700)
 
 
 def _python() -> str:
@@ -184,8 +183,6 @@ def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: 
     a = [h.bwrap or "bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net",
          "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
          "--die-with-parent", "--new-session", "--clearenv"]
-    if not h.root:
-        a += ["--unshare-user", "--disable-userns"]
     for top in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         src = "/" + top
         if os.path.islink(src):
@@ -243,10 +240,10 @@ def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: 
         fd = _memfd("seccomp", h.seccomp)
         fds.append(fd)
         a += ["--seccomp", str(fd)]
-    a.append("--")
-    if h.root:
-        a += [h.setpriv or "setpriv", f"--reuid={h.uid}", f"--regid={h.gid}", "--clear-groups",
-              "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+    # bwrap runs as root (it may bind anything and needs no user namespace); setpriv then
+    # drops to the job user with no capabilities, none to regain (bounding set empty)
+    a += ["--", h.setpriv or "setpriv", f"--reuid={h.uid}", f"--regid={h.gid}",
+          "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
     return a
 
 
@@ -310,8 +307,28 @@ def _note(log: Path, text: str) -> None:
         f.write(f"shoal-sandbox: {text}\n")
 
 
+def _overlap(job_dir: Path, data_dir: Path, log: Path) -> str | None:
+    """Why these paths would let a job see or forge what it must not (None: they are fine)."""
+    if data_dir == Path("/") or job_dir == data_dir or job_dir.is_relative_to(data_dir):
+        return (f"the job directory {str(job_dir)!r} is inside the data directory "
+                f"{str(data_dir)!r}: every job would see the others")
+    if data_dir.is_relative_to(job_dir / "work"):
+        return f"the data directory {str(data_dir)!r} is inside the job's work directory"
+    if log.is_relative_to(job_dir / "work"):
+        return f"the log {str(log)!r} is inside the job's work directory (the job could write it)"
+    return None
+
+
+def _validate(limits: Limits) -> None:
+    for name in ("cpu_s", "memory_bytes", "nprocs", "wall_s", "output_bytes", "workers"):
+        v = getattr(limits, name)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
+            raise ValueError(f"Limits.{name} must be a positive number, got {v!r}")
+
+
 def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, limits: Limits,
          log: Path, cancel: threading.Event | None, script: Path | None) -> JobResult:
+    _validate(limits)
     h = host()
     problems = h.problems()
     if problems:
@@ -320,6 +337,9 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
     if not data_dir.is_dir():
         return JobResult(125, f"sandbox: data directory {str(data_dir)!r} does not exist")
     work = job_dir / "work"
+    bad = _overlap(job_dir, data_dir, Path(log).resolve())
+    if bad:
+        return JobResult(125, f"sandbox: {bad}")
     _prepare_work(work, h)
     log.parent.mkdir(parents=True, exist_ok=True)
     fds: list[int] = []
@@ -338,7 +358,7 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
         status_r, status_w = os.pipe()
         fds.append(status_w)
         return _supervise(h, cg, bw + argv(status_w), fds, status_r, job_dir, limits, log,
-                          cancel)
+                          cancel, script is not None)
     finally:
         for fd in fds:
             try:
@@ -352,8 +372,9 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
 def _rlimits(h: Host, cg: JobCgroups | None, limits: Limits) -> list[str]:
     cpu_tree = cg is not None and cg.cpu_seconds() is not None
     # per process; with accounting of the whole tree the monitor stops the job first
-    cpu = int(limits.cpu_s) + (5 if cpu_tree else 1)
-    out = [h.prlimit or "prlimit", f"--cpu={cpu}", f"--fsize={limits.output_bytes}",
+    cpu = max(1, round(limits.cpu_s)) + (5 if cpu_tree else 0)
+    # SIGXCPU at the soft limit (the reason can be told from it), SIGKILL 2 s later
+    out = [h.prlimit or "prlimit", f"--cpu={cpu}:{cpu + 2}", f"--fsize={limits.output_bytes}",
            "--core=0"]
     if cg is None or not (cg.v1.get("pids") or (cg.v2 and "pids" in h.v2_controllers)):
         out.append(f"--nproc={limits.nprocs}")
@@ -367,7 +388,7 @@ _JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift
 
 def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], status_r: int,
                job_dir: Path, limits: Limits, log: Path,
-               cancel: threading.Event | None) -> JobResult:
+               cancel: threading.Event | None, script_job: bool) -> JobResult:
     work = job_dir / "work"
     join = ["/bin/sh", "-c", _JOIN, "sh", *(cg.procs_files() if cg else []), "--"]
     full = join + _rlimits(h, cg, limits) + cmd
@@ -381,6 +402,7 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], s
     except OSError as exc:
         os.close(out_r)
         os.close(out_w)
+        os.close(status_r)
         return JobResult(125, f"sandbox: cannot start: {exc}")
     os.close(out_w)
     for fd in fds:  # the child holds them now (the status pipe's end must close here)
@@ -439,15 +461,18 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], s
             reason = f"CPU time limit {_secs(limits.cpu_s)} exceeded"
         elif "refused" in st:
             reason = f"refused: {st['refused']}"
-        elif "error" in st:
-            reason = st["error"]
-    if reason is not None and reason.startswith("refused"):
-        code = 2
-    elif reason is not None and "refused" not in reason:
-        code = 137 if reason != "cancelled" or rc != 0 else rc
-        _cleanup_scratch(work)
-    else:
+        elif script_job and "exit" not in st:
+            reason = (f"sandbox: the job runner ended without a result (exit status "
+                      f"{128 - rc if rc < 0 else rc}); see the log")
+    if reason is None:
         code = int(st.get("exit", 128 - rc if rc < 0 else rc))
+    elif reason.startswith("refused: "):
+        code = 2
+    elif reason.startswith("sandbox: "):
+        code = 125
+    else:  # stopped: a limit or cancel (the runner could not remove its scratch tree)
+        code = 137
+        _cleanup_scratch(work)
     _note(log, f"end: exit status {code}" + (f"; {reason}" if reason else "")
           + f" ({time.monotonic() - t0:.1f} s)")
     return JobResult(code, reason)
@@ -504,3 +529,57 @@ def _cleanup_scratch(work: Path) -> None:
                 shutil.rmtree(e.path, ignore_errors=True)
     except OSError:
         pass
+
+
+def outputs(job_dir: Path) -> list[str]:
+    """The job's output files: regular files under ``job_dir/work`` (relative paths, sorted),
+    found without following symbolic links and leaving out the runner's scratch trees.
+
+    The job user owns ``work``: it can leave links to host paths (``out -> /etc/shadow``)
+    or FIFOs there. A service running as root must list and open outputs only through
+    :func:`outputs` and :func:`open_output`, never with a plain ``open()`` or a zip of the tree.
+    """
+    work = Path(job_dir) / "work"
+    out: list[str] = []
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        try:
+            it = os.scandir(work / rel if rel else work)
+        except OSError:
+            continue
+        with it:
+            for e in it:
+                r = f"{rel}/{e.name}" if rel else e.name
+                if not rel and e.name.startswith(".shoal-scratch-"):
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(r)
+                elif e.is_file(follow_symlinks=False):
+                    out.append(r)
+    return sorted(out)
+
+
+def open_output(job_dir: Path, rel: str):  # -> BinaryIO
+    """Open the output file ``rel`` (relative to ``job_dir/work``) for reading, refusing
+    anything but a regular file reached without a symbolic link (``ValueError``, one line)."""
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"bad output path {rel!r}")
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    fd = os.open(Path(job_dir) / "work", flags)
+    try:
+        for p in parts[:-1]:
+            nfd = os.open(p, flags, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        ffd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    except OSError as exc:  # ELOOP: a symbolic link on the way
+        raise ValueError(f"output {rel!r}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(ffd).st_mode):
+        os.close(ffd)
+        raise ValueError(f"output {rel!r}: not a regular file")
+    os.set_blocking(ffd, True)
+    return os.fdopen(ffd, "rb")

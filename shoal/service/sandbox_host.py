@@ -35,7 +35,7 @@ class Host:
     setpriv: str | None
     prlimit: str | None
     root: bool
-    uid: int                     # the job user (root: ``shoal-job`` or nobody; else ourselves)
+    uid: int                     # the job user: ``shoal-job``, else nobody
     gid: int
     user: str
     v2: str | None = None        # parent of job groups in cgroup v2 (kill, cpu.stat, procs)
@@ -51,8 +51,11 @@ class Host:
             if path is None:
                 out.append(f"{name} not found (Debian: apt-get install "
                            f"{'bubblewrap' if name == 'bwrap' else 'util-linux'})")
-        if self.root and self.setpriv is None:
+        if self.setpriv is None:
             out.append("setpriv not found (Debian: apt-get install util-linux)")
+        if not self.root:
+            out.append("the sandbox needs root: it starts each job as the unprivileged user "
+                       f"{JOB_USER}, with its own control groups")
         return out
 
     @property
@@ -97,34 +100,27 @@ def host() -> Host:
         return _host
 
 
-def _probe() -> Host:
+def _probe(cgroups: bool = True) -> Host:
+    """The facts; ``cgroups=False`` ignores control groups (rlimits only, as on a machine
+    without writable ones: tests use it to check that fallback)."""
     root = os.geteuid() == 0
-    if root:
-        try:
-            pw = pwd.getpwnam(JOB_USER)
-            uid, gid, user = pw.pw_uid, pw.pw_gid, JOB_USER
-        except KeyError:
-            uid, gid, user = 65534, 65534, "nobody"
-    else:
-        uid, gid = os.getuid(), os.getgid()
-        user = pwd.getpwuid(uid).pw_name if _has_pw(uid) else str(uid)
+    try:
+        pw = pwd.getpwnam(JOB_USER)
+        uid, gid, user = pw.pw_uid, pw.pw_gid, JOB_USER
+    except KeyError:
+        uid, gid, user = 65534, 65534, "nobody"
     h = Host(bwrap=shutil.which("bwrap"), setpriv=shutil.which("setpriv"),
              prlimit=shutil.which("prlimit"), root=root, uid=uid, gid=gid, user=user,
              seccomp=seccomp_program())
-    if root and user == "nobody":
+    if user == "nobody":
         h.notes.append(f"no user {JOB_USER} (scripts/setup.sh makes it): jobs run as nobody")
     if h.seccomp is None:
         h.notes.append("no seccomp filter for this architecture")
-    _probe_cgroups(h)
+    if cgroups and root:
+        _probe_cgroups(h)
+    if h.v2 is None and not h.v1:
+        h.notes.append("no writable cgroup hierarchy: limits are per-process rlimits")
     return h
-
-
-def _has_pw(uid: int) -> bool:
-    try:
-        pwd.getpwuid(uid)
-        return True
-    except KeyError:
-        return False
 
 
 def _own_cgroups() -> dict[str, str]:
@@ -226,8 +222,6 @@ def _probe_cgroups(h: Host) -> None:
                     parent = _usable_parent(mroot, mpoint, own.get(c))
                     if parent is not None:
                         h.v1[c] = parent
-    if h.v2 is None and not h.v1:
-        h.notes.append("no writable cgroup hierarchy: limits are per-process rlimits")
 
 
 class JobCgroups:
