@@ -43,7 +43,7 @@ def _shadow_lines() -> list[bytes]:
 @needs_sandbox
 def test_hostile_jobs_are_contained_and_others_still_run(serve, tmp_path: Path) -> None:
     srv = serve(users={"eve": {"max_jobs": 20}, "bob": {"max_jobs": 5}},
-                extra=("--wall", "6", "--output", "20M", "--max-running", "4"))
+                extra=("--wall", "15", "--output", "20M", "--max-running", "4"))
     data_file = srv.data / "keep.txt"
     data_file.write_text("precious\n")
     # bob's secret, written by his job
@@ -100,7 +100,7 @@ def test_hostile_jobs_are_contained_and_others_still_run(serve, tmp_path: Path) 
     stop.set()
     acceptor.join()
     listener.close()
-    assert time.monotonic() - t0 < 100
+    assert time.monotonic() - t0 < 150
 
     def reason(name: str) -> str:
         r = res[name]["reason"]
@@ -116,7 +116,7 @@ def test_hostile_jobs_are_contained_and_others_still_run(serve, tmp_path: Path) 
     assert sum(p.stat().st_size for p in (srv.jobs / ids["fill_disk"] / "work").rglob("*")
                if p.is_file()) <= 21 << 20
     for name in ("never_ends", "loops_forever"):
-        assert reason(name) == "wall time limit 6 s reached", res[name]
+        assert reason(name) == "wall time limit 15 s reached", res[name]
     # nothing secret leaked into any output or log
     leaks = [secret.encode(), *_shadow_lines()]
     for name, job in ids.items():
