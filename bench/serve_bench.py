@@ -65,8 +65,9 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": REPO}
 
 
-def fetch_and_run(url: str, token: str, work: str) -> tuple[float, int]:
-    """Download every input, run bash on them; (seconds, bytes downloaded)."""
+def fetch_and_run(url: str, token: str, work: str) -> tuple[float, int, float]:
+    """Download every input, run bash on them; (seconds, bytes downloaded, seconds of the
+    download alone)."""
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(os.path.join(work, "inputs"))
     hdr = {"Authorization": f"Bearer {token}"}
@@ -83,11 +84,12 @@ def fetch_and_run(url: str, token: str, work: str) -> tuple[float, int]:
             while chunk := r.read(1 << 20):
                 f.write(chunk)
                 got += len(chunk)
+    fetched = time.perf_counter() - t
     with open(os.path.join(work, "job.sh"), "w") as f:
         f.write(JOB)
     subprocess.run(["bash", "job.sh", os.path.join(work, "inputs")], cwd=work, check=True,
                    capture_output=True)
-    return time.perf_counter() - t, got
+    return time.perf_counter() - t, got, fetched
 
 
 def submit(url: str, token: str, work: str) -> tuple[float, int]:
@@ -129,19 +131,32 @@ def inner(a: argparse.Namespace) -> None:
         url = line.split("listening on ", 1)[1].strip().rstrip("/")
         times: dict[str, list[float]] = {"fetch + local": [], "serve": []}
         moved = {}
+        fetch_s: list[float] = []
         for _ in range(a.repeat):
-            dt, moved["fetch + local"] = fetch_and_run(url, token, os.path.join(a.work, "local"))
+            dt, moved["fetch + local"], f_s = fetch_and_run(url, token,
+                                                            os.path.join(a.work, "local"))
             times["fetch + local"].append(dt)
+            fetch_s.append(f_s)
             dt, moved["serve"] = submit(url, token, os.path.join(a.work, "remote"))
             times["serve"].append(dt)
         for f in RESULTS:
             assert dump(os.path.join(a.work, "local", f)) == \
                 dump(os.path.join(a.work, "remote", "out", f)), f
-        print(json.dumps({"rate": a.rate, "times": times, "bytes": moved}))
+        print(json.dumps({"rate": a.rate, "times": times, "bytes": moved,
+                          "fetch_s": fetch_s}))
     finally:
         srv.terminate()
         srv.wait(30)
         shutil.rmtree(jobs, ignore_errors=True)
+
+
+def _rate_bytes(rate: str) -> int:
+    """tc's ``100mbit``/``1gbit``/``500kbit`` in bytes per second."""
+    units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bit": 1}
+    for u, f in units.items():
+        if rate.endswith(u):
+            return int(float(rate[: -len(u)]) * f / 8)
+    raise SystemExit(f"--rates: {rate!r} is not like 100mbit or 1gbit")
 
 
 def with_netns(rate: str, argv: list[str]) -> dict[str, object]:
@@ -154,10 +169,12 @@ def with_netns(rate: str, argv: list[str]) -> dict[str, object]:
 
         ip("ip", "link", "set", "lo", "up")
         if rate != "loopback":
-            # Ethernet-sized packets, so a small tbf burst passes each of them
+            # Ethernet-sized packets; a bucket of 20 ms of the rate (tbf needs at least
+            # rate / HZ, or it caps below the rate)
             ip("ip", "link", "set", "lo", "mtu", "1500")
+            burst = max(64 << 10, _rate_bytes(rate) // 50)
             ip("tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", rate, "burst",
-               "256kbit", "latency", "50ms")
+               str(burst), "latency", "100ms")
         r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, __file__, "--inner",
                             "--rate", rate, *argv], capture_output=True, text=True, env=_env())
         if r.returncode:
@@ -205,6 +222,9 @@ def main() -> None:
             print(f"    {k:14s} median {med[k]:6.2f} s (runs: "
                   f"{', '.join(f'{t:.2f}' for t in ts)}); {moved[k] / 1e6:7.1f} MB "
                   "downloaded")
+        fetch = statistics.median(res["fetch_s"])  # type: ignore[arg-type]
+        print(f"    (the download alone: median {fetch:.2f} s, "
+              f"{moved['fetch + local'] * 8 / fetch / 1e6:.0f} Mbit/s)")
         print(f"    ratio fetch+local / serve: {med['fetch + local'] / med['serve']:.2f}x")
     print(f"  load average {load0:.1f} -> {os.getloadavg()[0]:.1f} (shared machine)")
 
