@@ -150,10 +150,21 @@ def test_bad_requests_get_one_line_errors(serve) -> None:
         status, _, resp = srv.request("POST", "/api/v1/jobs", body=mp,
                                       headers={"Content-Type": ctype})
         assert status == 400 and "input file name" in _one_line_error(resp), name
+    mp, ctype = multipart([("script", "j.sh", b"echo hi"), ("input", "a/b.nc", b"x"),
+                           ("input", "a", b"y")])
+    status, _, resp = srv.request("POST", "/api/v1/jobs", body=mp,
+                                  headers={"Content-Type": ctype})
+    assert status == 400 and "input 'a'" in _one_line_error(resp)
     status, _, resp = srv.request("POST", "/api/v1/jobs", body=b"--x\r\ngarbage",
                                   headers={"Content-Type": "multipart/form-data; boundary=x"})
     assert status == 400, resp
     _one_line_error(resp)
+    # a JSON submission works too
+    js = srv.json("POST", "/api/v1/jobs", expect=201, body={"script": "echo \"$1\"",
+                                                            "args": ["from json"]})
+    assert srv.wait(js["id"])["state"] == "succeeded"
+    assert b"from json\n" in srv.request("GET", f"/api/v1/jobs/{js['id']}/log")[2]
+    assert srv.json("DELETE", f"/api/v1/jobs/{js['id']}")["deleted"]
     # jobs that do not exist, or belong to another token, are the same 404
     job = srv.submit("echo hello\n")["id"]
     srv.wait(job)

@@ -366,9 +366,13 @@ async def _from_multipart(request: web.Request,
                 if rel in inputs:
                     raise _Refused(400, f"input {rel!r} given twice")
                 dest = work.joinpath(*parts)
-                dest.parent.mkdir(parents=True, exist_ok=True)
                 inputs.append(rel)
-                with open(dest, "wb") as f:
+                try:
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    f = open(dest, "xb")  # noqa: SIM115 - closed below
+                except OSError as exc:  # 'a' after 'a/b', or the reverse
+                    raise _Refused(400, f"input {rel!r}: {exc.strerror}")
+                with f:
                     while True:
                         chunk = await part.read_chunk(CHUNK * 4)
                         if not chunk:

@@ -210,10 +210,11 @@ class JobManager:
     def _run(self, job_id: str) -> None:
         cancel = self._cancel[job_id]
         try:
-            job = self.store.get(job_id)
-            if job is None or job.state != QUEUED or cancel.is_set():
-                return
-            self.store.update(job_id, state=RUNNING, started=time.time())
+            with self._lock:  # against a cancel that marks it cancelled meanwhile
+                job = self.store.get(job_id)
+                if job is None or job.state != QUEUED or cancel.is_set():
+                    return
+                self.store.update(job_id, state=RUNNING, started=time.time())
             limits = self._limits_for(job, self.output_quota.get(job.owner))
             try:
                 res = self.run_job(self.job_dir(job_id) / "script.sh", job.args,
