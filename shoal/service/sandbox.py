@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sandbox_host import Host, JobCgroups, host
+from .sandbox_host import Host, JobCgroups, host, reprobe
 
 DATA = "/data"           # where the data directory appears inside the sandbox
 WORK = "/work"           # the job's working tree (its outputs), job_dir/work outside
@@ -75,8 +75,44 @@ class SandboxError(RuntimeError):
 
 
 def check() -> list[str]:
-    """Problems that stop every job on this machine (empty: ready). For a service at start."""
-    return host().problems()
+    """Problems that stop every job on this machine (empty: ready). For a service at start.
+
+    Besides the programs and privileges it needs, it starts one sandbox running ``true``
+    (about 50 ms): a container may forbid namespaces or mounts (Docker's default seccomp
+    profile does), which only trying shows.
+    """
+    problems = host().problems()
+    if not problems:
+        msg = _smoke()
+        if msg:
+            problems.append(msg)
+    return problems
+
+
+def _smoke() -> str | None:
+    """Run ``true`` in a sandbox like a job's (no limits); None if it worked."""
+    import tempfile
+
+    h = host()
+    with tempfile.TemporaryDirectory(prefix="shoal-sandbox-check-") as d:
+        job, data = Path(d) / "job", Path(d) / "data"
+        data.mkdir()
+        fds: list[int] = []
+        try:
+            _prepare_work(job / "work", h)
+            args = _bwrap_args(h, job, data, Limits(), None, fds) + ["/bin/true"]
+            r = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True,
+                               pass_fds=tuple(fds), timeout=60)
+        except (OSError, SandboxError, subprocess.TimeoutExpired) as exc:
+            return f"the sandbox cannot start here: {exc}"
+        finally:
+            for fd in fds:
+                os.close(fd)
+    if r.returncode != 0:
+        err = r.stderr.decode(errors="replace").strip().splitlines()
+        return (f"the sandbox cannot start here (bwrap exit status {r.returncode}"
+                f"{': ' + err[-1] if err else ''})")
+    return None
 
 
 def describe() -> str:
@@ -103,6 +139,9 @@ def run_job(script: Path, args: list[str], *, job_dir: Path, data_dir: Path, lim
     ``data_dir`` read-only at ``/data``. Its output, the runner's progress lines and the
     sandbox's own lines are appended to ``log``. Setting ``cancel`` stops it at once.
     """
+    if not Path(script).is_file():
+        return JobResult(125, f"sandbox: script {str(script)!r} not found")
+
     def argv(status_fd: int) -> list[str]:
         return [_python(), "-s", "-m", "shoal.service.sandbox_job", "--status-fd",
                 str(status_fd), "--workers", str(limits.workers), "--name", script.name, SCRIPT,
@@ -179,7 +218,7 @@ def _pythonpath(binds: list[tuple[str, str]]) -> str:
 
 
 def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: Path | None,
-                fds: list[int]) -> list[str]:
+                fds: list[int], info_fd: int | None = None) -> list[str]:
     a = [h.bwrap or "bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net",
          "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
          "--die-with-parent", "--new-session", "--clearenv"]
@@ -236,6 +275,8 @@ def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: 
     for k, v in env.items():
         a += ["--setenv", k, v]
     a += ["--chdir", WORK]
+    if info_fd is not None:
+        a += ["--info-fd", str(info_fd)]
     if h.seccomp:
         fd = _memfd("seccomp", h.seccomp)
         fds.append(fd)
@@ -347,18 +388,28 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
     try:
         try:
             cg = JobCgroups(h, limits.memory_bytes, limits.nprocs)
-        except OSError as exc:
-            _note(log, f"no control groups for this job ({exc}); rlimits only")
-            cg = None
+        except OSError:
+            # the machine may have changed under us (our own group moved or removed):
+            # look again once
+            h = reprobe()
+            try:
+                cg = JobCgroups(h, limits.memory_bytes, limits.nprocs)
+            except OSError as exc:
+                _note(log, f"no control groups for this job ({exc}); rlimits only")
+                cg = None
+        # bwrap writes the host pid of its namespace's first process here
+        info_r, info_w = os.pipe()
+        fds.append(info_w)
         try:
-            bw = _bwrap_args(h, job_dir, data_dir, limits, script, fds)
+            bw = _bwrap_args(h, job_dir, data_dir, limits, script, fds, info_w)
         except SandboxError as exc:
+            os.close(info_r)
             return JobResult(125, f"sandbox: {exc}")
         # the runner inside writes one JSON line here: how it ended (refused, exit status)
         status_r, status_w = os.pipe()
         fds.append(status_w)
-        return _supervise(h, cg, bw + argv(status_w), fds, status_r, job_dir, limits, log,
-                          cancel, script is not None)
+        return _supervise(h, cg, bw + argv(status_w), fds, status_r, info_r, job_dir, limits,
+                          log, cancel, script is not None)
     finally:
         for fd in fds:
             try:
@@ -383,14 +434,20 @@ def _rlimits(h: Host, cg: JobCgroups | None, limits: Limits) -> list[str]:
     return out + ["--"]
 
 
-_JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+# The job's first process, started under ``setpriv --pdeathsig KILL`` (which stays through the
+# exec of prlimit and bwrap): if the service died before that was set, its parent is no longer
+# the service, and it stops; else it joins the job's groups and becomes bwrap. bwrap sets the
+# same for itself only after its clone, too late for a service killed while a job starts.
+_JOIN = ('[ "$PPID" = "$1" ] || exit 125; shift; '
+         'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"')
 
 
 def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], status_r: int,
-               job_dir: Path, limits: Limits, log: Path,
+               info_r: int, job_dir: Path, limits: Limits, log: Path,
                cancel: threading.Event | None, script_job: bool) -> JobResult:
     work = job_dir / "work"
-    join = ["/bin/sh", "-c", _JOIN, "sh", *(cg.procs_files() if cg else []), "--"]
+    join = [h.setpriv or "setpriv", "--pdeathsig", "KILL", "--", "/bin/sh", "-c", _JOIN, "sh",
+            str(os.getpid()), *(cg.procs_files() if cg else []), "--"]
     full = join + _rlimits(h, cg, limits) + cmd
     _note(log, f"start: {describe()}")
     out_r, out_w = os.pipe()
@@ -403,6 +460,7 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], s
         os.close(out_r)
         os.close(out_w)
         os.close(status_r)
+        os.close(info_r)
         return JobResult(125, f"sandbox: cannot start: {exc}")
     os.close(out_w)
     for fd in fds:  # the child holds them now (the status pipe's end must close here)
@@ -411,6 +469,7 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], s
         except OSError:
             pass
     fds.clear()
+    init = _read_info(info_r)  # at once: bwrap writes it right after its clone
     pump = _LogPump(out_r, log, limits.output_bytes)
     pump.start()
     reason: str | None = None
@@ -446,7 +505,7 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], s
             _kill(proc, cg)
             break
     rc = proc.wait()
-    _reap(cg)
+    _reap(cg, init)
     pump.join(timeout=5)
     st = _read_status(status_r)
     if reason is None:
@@ -488,13 +547,48 @@ def _kill(proc: subprocess.Popen, cg: JobCgroups | None) -> None:
         pass
 
 
-def _reap(cg: JobCgroups | None, timeout: float = 5.0) -> None:
-    if cg is None:
-        return
+def _gone(pid: int) -> bool:
+    """True when ``pid`` has exited (gone, or a zombie nobody reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
+
+
+def _reap(cg: JobCgroups | None, init: int | None, timeout: float = 5.0) -> None:
+    """Wait until every process of the job is gone: its groups empty, and the first process
+    of its PID namespace exited (the kernel kills the others before that exit completes;
+    bwrap itself may end first)."""
     deadline = time.monotonic() + timeout
-    while cg.pids() and time.monotonic() < deadline:
-        cg.kill()
+    while time.monotonic() < deadline:
+        left = cg is not None and bool(cg.pids())
+        if not left and (init is None or _gone(init)):
+            return
+        if cg is not None:
+            cg.kill()
+        if init is not None:
+            try:
+                os.kill(init, signal.SIGKILL)
+            except OSError:
+                pass
         time.sleep(0.02)
+
+
+def _read_info(fd: int) -> int | None:
+    """The host pid of the sandbox's first process, from bwrap's ``--info-fd``."""
+    data = b""
+    try:
+        while chunk := os.read(fd, 4096):
+            data += chunk
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    try:
+        return int(json.loads(data)["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _read_status(fd: int) -> dict:

@@ -100,6 +100,14 @@ def host() -> Host:
         return _host
 
 
+def reprobe() -> Host:
+    """Probe again (after a job could not make its control groups) and return the facts."""
+    global _host
+    with _lock:
+        _host = _probe()
+        return _host
+
+
 def _probe(cgroups: bool = True) -> Host:
     """The facts; ``cgroups=False`` ignores control groups (rlimits only, as on a machine
     without writable ones: tests use it to check that fallback)."""
@@ -172,17 +180,38 @@ def _usable_parent(mount_root: str, mountpoint: str, own: str | None) -> str | N
 
 
 def _sweep(parent: str) -> None:
-    """Remove empty job groups a killed service left behind (rmdir fails on busy ones)."""
+    """Kill what is left in the job groups of a service that died, and remove the groups."""
     try:
         names = os.listdir(parent)
     except OSError:
         return
     for n in names:
-        if n.startswith("job-") and not _alive_owner(n):
+        if not n.startswith("job-") or _alive_owner(n):
+            continue
+        d = os.path.join(parent, n)
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
             try:
-                os.rmdir(os.path.join(parent, n))
-            except OSError:
-                pass
+                os.rmdir(d)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:  # busy: a job that outlived its service
+                try:
+                    with open(os.path.join(d, "cgroup.kill"), "w") as f:
+                        f.write("1")
+                except OSError:
+                    pass
+                for pid in JobCgroups._read(os.path.join(d, "cgroup.procs")).split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except OSError:
+                        pass
+                time.sleep(0.02)
+    try:
+        os.rmdir(parent)  # when no job uses it (see JobCgroups.remove)
+    except OSError:
+        pass
 
 
 def _alive_owner(name: str) -> bool:
@@ -224,6 +253,19 @@ def _probe_cgroups(h: Host) -> None:
                         h.v1[c] = parent
 
 
+def _mkdir_below(parent: str, d: str) -> None:
+    """Make the job group ``d`` below our directory ``parent`` (made again if another job's
+    end removed it in between)."""
+    for _ in range(5):
+        os.makedirs(parent, exist_ok=True)
+        try:
+            os.mkdir(d)
+            return
+        except FileNotFoundError:
+            continue
+    os.mkdir(d)
+
+
 class JobCgroups:
     """One job's control groups (whichever of v2 and v1 this machine allows)."""
 
@@ -235,7 +277,7 @@ class JobCgroups:
         try:
             if h.v2:
                 self.v2 = os.path.join(h.v2, self.name)
-                os.mkdir(self.v2)
+                _mkdir_below(h.v2, self.v2)
                 if "memory" in h.v2_controllers:
                     self._write(self.v2, "memory.max", memory_bytes)
                     self._write(self.v2, "memory.swap.max", 0, must=False)
@@ -249,7 +291,7 @@ class JobCgroups:
                 if c == "cpuacct" and self.v2:
                     continue
                 d = os.path.join(parent, self.name)
-                os.mkdir(d)
+                _mkdir_below(parent, d)
                 self.v1[c] = d
                 if c == "memory":
                     self._write(d, "memory.limit_in_bytes", memory_bytes)
@@ -350,4 +392,11 @@ class JobCgroups:
                 pass
             except OSError:
                 ok = False
+            # our directory goes too when no other job uses it: left empty below a group
+            # we do not own (the memory group of our process), it would keep that from
+            # being removed; the next job makes it again
+            try:
+                os.rmdir(os.path.dirname(d))
+            except OSError:
+                pass
         return ok

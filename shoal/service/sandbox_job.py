@@ -84,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     for line in failure_report(plan, rep, os.getcwd()):
         print(line, file=sys.stderr)
-    print(f"progress: {len(plan.steps)}/{len(plan.steps)} commands finished "
+    n = len(plan.steps)
+    print(f"progress: done: {n - len(rep.failed) - len(rep.skipped)} of {n} commands "
+          f"succeeded, {len(rep.failed)} failed, {len(rep.skipped)} not run "
           f"({rep.wall:.2f} s)", file=sys.stderr, flush=True)
     report({"exit": rep.exit_code})
     return rep.exit_code
