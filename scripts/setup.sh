@@ -41,10 +41,3 @@ if [ "$(id -u)" = 0 ] && ! getent passwd shoal-job >/dev/null; then
   useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
     --user-group shoal-job
 fi
-# `shoal serve`'s page test (tests/test_serve_page.py): Debian's chromium and its matching
-# chromium-driver, driven by Selenium (no browser or driver download at test time)
-if ! command -v chromedriver >/dev/null && command -v apt-get >/dev/null; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y --no-install-recommends chromium chromium-driver \
-    || { apt-get update && apt-get install -y --no-install-recommends chromium chromium-driver; }
-fi
