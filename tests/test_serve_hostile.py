@@ -120,7 +120,7 @@ def test_hostile_jobs_are_contained_and_others_still_run(serve, tmp_path: Path) 
     assert reason("fill_disk") == "output limit 20.0 MiB exceeded"
     assert sum(p.stat().st_size for p in (srv.jobs / ids["fill_disk"] / "work").rglob("*")
                if p.is_file()) <= 21 << 20
-    for name, job in forever_ids.items():
+    for job in forever_ids.values():
         st = endless.wait(job, token="eve", timeout=120)
         assert st["state"] == "failed" and st["reason"] == "wall time limit 4 s reached", st
     # nothing secret leaked into any output or log
