@@ -11,10 +11,9 @@ import os
 import re
 import secrets
 import shutil
-import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -69,31 +68,6 @@ def tree_size(root: Path) -> int:
         except OSError:
             continue
     return total
-
-
-def walk_files(root: Path) -> Iterator[tuple[str, os.stat_result]]:
-    """(relative path, stat) of each regular file under ``root``, sorted; symbolic links,
-    devices, sockets and FIFOs are skipped (a job may leave any of them)."""
-    stack = [""]
-    while stack:
-        rel = stack.pop()
-        try:
-            with os.scandir(root / rel if rel else root) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError:
-            continue
-        subdirs = []
-        for e in entries:
-            r = f"{rel}/{e.name}" if rel else e.name
-            try:
-                st = e.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                subdirs.append(r)
-            elif stat.S_ISREG(st.st_mode):
-                yield r, st
-        stack.extend(reversed(subdirs))
 
 
 _PROGRESS = re.compile(rb"(?im)^.*?\bprogress\b\D*?(\d+)\s*(?:/|of)\s*(\d+)")
@@ -291,5 +265,5 @@ class JobManager:
         self.store.close()
 
 
-__all__ = ["JobManager", "QuotaError", "valid_id", "tree_size", "walk_files", "read_progress",
+__all__ = ["JobManager", "QuotaError", "valid_id", "tree_size", "read_progress",
            "FAILED", "SUCCEEDED", "CANCELLED", "RUNNING", "QUEUED"]
