@@ -18,9 +18,15 @@ from pathlib import Path
 import pytest
 
 from tests.script.script_helpers import REPO, needs_nco, run_bash, snapshot, write_model
-from tests.test_serve_common import Server, multipart, needs_aiohttp, serve  # noqa: F401
+from tests.test_serve_common import (  # noqa: F401
+    Server,
+    multipart,
+    needs_aiohttp,
+    needs_sandbox,
+    serve,
+)
 
-pytestmark = [needs_aiohttp, pytest.mark.timeout(240)]
+pytestmark = [needs_aiohttp, needs_sandbox, pytest.mark.timeout(240)]
 
 # $1: the data directory (the service's, as its listing names it, or the local copy)
 NCO_SCRIPT = """#!/bin/bash

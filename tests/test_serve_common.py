@@ -3,6 +3,7 @@ and a small HTTP client (http.client). No tests here."""
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import os
@@ -24,6 +25,24 @@ needs_aiohttp = pytest.mark.skipif(
     reason="aiohttp not installed (pip install -e '.[serve]')")
 
 SERVE_CMD = [sys.executable, "-m", "shoal", "serve"]
+
+
+@functools.lru_cache(maxsize=1)
+def sandbox_problem() -> str | None:
+    """Why the job sandbox cannot run here (not root, no bubblewrap, ...), or None."""
+    try:
+        from shoal.service import sandbox
+    except ImportError as exc:  # pragma: no cover
+        return str(exc)
+    problems = sandbox.check()
+    return problems[0] if problems else None
+
+
+# `shoal serve` refuses to start without a working sandbox: tests of a running service need it
+# (checked once per session: it starts one sandbox)
+needs_sandbox = pytest.mark.skipif(sandbox_problem() is not None,
+                                   reason=f"the job sandbox cannot run here: {sandbox_problem()}"
+                                          " (scripts/setup.sh)")
 
 
 class Server:

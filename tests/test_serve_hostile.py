@@ -14,22 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_serve_common import needs_aiohttp, serve  # noqa: F401
+from tests.test_serve_common import needs_aiohttp, needs_sandbox, serve  # noqa: F401
 
-pytestmark = [needs_aiohttp, pytest.mark.timeout(240)]
-
-
-def _sandbox_ready() -> str | None:
-    try:
-        from shoal.service import sandbox
-    except ImportError as exc:  # pragma: no cover
-        return str(exc)
-    problems = sandbox.check()
-    return problems[0] if problems else None
-
-
-needs_sandbox = pytest.mark.skipif(_sandbox_ready() is not None,
-                                   reason=f"job sandbox unavailable: {_sandbox_ready()}")
+pytestmark = [needs_aiohttp, needs_sandbox, pytest.mark.timeout(240)]
 
 
 def _shadow_lines() -> list[bytes]:
@@ -40,7 +27,6 @@ def _shadow_lines() -> list[bytes]:
         return []
 
 
-@needs_sandbox
 def test_hostile_jobs_are_contained_and_others_still_run(serve, tmp_path: Path) -> None:
     srv = serve(users={"eve": {"max_jobs": 20}, "bob": {"max_jobs": 5}},
                 extra=("--wall", "60", "--output", "20M", "--max-running", "4"))

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from tests.script.script_helpers import needs_nco, write_model
-from tests.test_serve_common import needs_aiohttp, serve  # noqa: F401
+from tests.test_serve_common import needs_aiohttp, needs_sandbox, serve  # noqa: F401
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = [
-    needs_aiohttp, pytest.mark.timeout(180),
+    needs_aiohttp, needs_sandbox, pytest.mark.timeout(180),
     pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (scripts/setup.sh)"),
 ]
 
