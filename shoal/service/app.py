@@ -8,14 +8,9 @@ are JSON objects ``{"error": "one line"}`` with the HTTP status that fits.
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import os
 import re
-import tarfile
-import threading
-import time
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +18,8 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from .files import BadPath, check_relpath, listing, open_under
+from .archive import ARCHIVES, stream_from_thread, write_archive
+from .files import BadPath, check_relpath, job_files, listing, open_under
 from .jobs import FINISHED, JobManager, QuotaError, read_progress, valid_id
 from .page import PAGE
 from .store import Job
@@ -465,17 +461,10 @@ async def job_log(request: web.Request) -> web.StreamResponse:
     return resp
 
 
-def _outputs(work: Path, limit: int = 10000) -> tuple[list[dict[str, object]], bool]:
-    """The job's files and directories, less the runner's scratch trees (a running job's)."""
-    entries, truncated = listing(work, limit)
-    return [e for e in entries
-            if not str(e["name"]).split("/", 1)[0].startswith(".shoal-scratch-")], truncated
-
-
 async def job_outputs(request: web.Request) -> web.Response:
     job = _job_or_404(request)
     work = request.app[JOBS_KEY].work_dir(job.id)
-    entries, truncated = await asyncio.get_running_loop().run_in_executor(None, _outputs, work)
+    entries, truncated = await asyncio.get_running_loop().run_in_executor(None, job_files, work)
     files = [{"name": e["name"], "size": e["size"], "mtime": e["mtime"],
               "url": f"{API}/jobs/{job.id}/outputs/{e['name']}"}
              for e in entries if e["type"] == "file"]
@@ -489,133 +478,23 @@ async def job_output_file(request: web.Request) -> web.StreamResponse:
                             request.match_info["path"])
 
 
-_ARCHIVES = {"tar": ("application/x-tar", "tar"), "tgz": ("application/gzip", "tar.gz"),
-             "zip": ("application/zip", "zip")}
-
-
 async def job_archive(request: web.Request) -> web.StreamResponse:
     job = _job_or_404(request)
     fmt = request.query.get("format", "tar")
-    if fmt not in _ARCHIVES:
+    if fmt not in ARCHIVES:
         return error(400, f"format {fmt!r}: one of tar, tgz, zip")
     if job.state not in FINISHED:
         return error(409, f"job {job.id} is {job.state}: archives are made of finished jobs "
                           "(single files can be fetched now)")
     work = request.app[JOBS_KEY].work_dir(job.id)
-    ctype, ext = _ARCHIVES[fmt]
+    ctype, ext = ARCHIVES[fmt]
     resp = web.StreamResponse(headers={
         "Content-Type": ctype,
         "Content-Disposition": f'attachment; filename="job-{job.id}.{ext}"'})
     await resp.prepare(request)
-    await _stream_from_thread(resp, lambda out: _write_archive(out, work, fmt))
+    await stream_from_thread(resp, lambda out: write_archive(out, work, fmt))
     await resp.write_eof()
     return resp
-
-
-def _write_archive(out: io.RawIOBase, work: Path, fmt: str) -> None:
-    entries, _ = _outputs(work, limit=1 << 30)
-    if fmt == "zip":
-        with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1,
-                             allowZip64=True) as zf:
-            for e in entries:
-                if e["type"] != "file":
-                    continue
-                try:
-                    fd, st = open_under(work, str(e["name"]))
-                except FileNotFoundError:
-                    continue
-                info = zipfile.ZipInfo(str(e["name"]), time.localtime(st.st_mtime)[:6])
-                info.compress_type = zipfile.ZIP_DEFLATED
-                info.file_size = st.st_size
-                with open(fd, "rb") as src, zf.open(info, "w", force_zip64=True) as dst:
-                    _copy(src, dst, st.st_size)
-        return
-    with tarfile.open(fileobj=out, mode="w|gz" if fmt == "tgz" else "w|",  # type: ignore[call-overload]
-                      format=tarfile.PAX_FORMAT) as tf:
-        for e in entries:
-            name = str(e["name"])
-            if e["type"] == "dir":
-                ti = tarfile.TarInfo(name)
-                ti.type, ti.mode, ti.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
-                tf.addfile(ti)
-                continue
-            try:
-                fd, st = open_under(work, name)
-            except FileNotFoundError:
-                continue
-            ti = tarfile.TarInfo(name)
-            ti.size, ti.mode, ti.mtime = st.st_size, 0o644, int(st.st_mtime)
-            with open(fd, "rb") as src:
-                tf.addfile(ti, _Exact(src, st.st_size))
-
-
-class _Exact(io.RawIOBase):
-    """At most ``n`` bytes of ``f``, zero-padded if it shrank (a tar member's size is fixed)."""
-
-    def __init__(self, f: io.BufferedReader, n: int) -> None:
-        self.f, self.left = f, n
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        if self.left <= 0:
-            return 0
-        want = min(len(b), self.left)
-        data = self.f.read(want) or bytes(want)
-        b[:len(data)] = data
-        self.left -= len(data)
-        return len(data)
-
-
-def _copy(src: Any, dst: Any, n: int) -> None:
-    while n > 0:
-        chunk = src.read(min(n, 1 << 20))
-        if not chunk:
-            break
-        dst.write(chunk)
-        n -= len(chunk)
-
-
-async def _stream_from_thread(resp: web.StreamResponse,
-                              produce: Callable[[io.RawIOBase], None]) -> None:
-    """Run ``produce(writer)`` in a thread and send what it writes, with back-pressure (a few
-    chunks in flight): archives of any size in constant memory."""
-    loop = asyncio.get_running_loop()
-    q: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=8)
-    abort = threading.Event()
-
-    class Writer(io.RawIOBase):
-        def writable(self) -> bool:
-            return True
-
-        def write(self, b: Any) -> int:
-            if abort.is_set():
-                raise BrokenPipeError("client went away")
-            data = bytes(b)
-            if data:
-                asyncio.run_coroutine_threadsafe(q.put(data), loop).result()
-            return len(data)
-
-    def run() -> None:
-        try:
-            produce(Writer())
-        except BrokenPipeError:
-            pass
-        finally:
-            asyncio.run_coroutine_threadsafe(q.put(None), loop).result()
-
-    task = loop.run_in_executor(None, run)
-    try:
-        while (chunk := await q.get()) is not None:
-            await resp.write(chunk)
-    except BaseException:
-        abort.set()
-        while await q.get() is not None:
-            pass
-        raise
-    finally:
-        await task
 
 
 # -- the application ------------------------------------------------------------------------

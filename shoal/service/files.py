@@ -85,3 +85,10 @@ def listing(root: Path, limit: int = 10000) -> tuple[list[dict[str, object]], bo
                 return out, True
         stack.extend(reversed(subdirs))
     return out, False
+
+
+def job_files(work: Path, limit: int = 10000) -> tuple[list[dict[str, object]], bool]:
+    """The job's files and directories, less the runner's scratch trees (a running job's)."""
+    entries, truncated = listing(work, limit)
+    return [e for e in entries
+            if not str(e["name"]).split("/", 1)[0].startswith(".shoal-scratch-")], truncated
