@@ -88,6 +88,7 @@ def test_nco_job_gives_bash_files(serve, tmp_path: Path) -> None:
     status, _, log = srv.request("GET", f"/api/v1/jobs/{st['id']}/log")
     assert st["state"] == "succeeded" and st["returncode"] == 0, (st, log)
     assert b"models: 3" in log
+    assert st["progress"]["done"] == st["progress"]["total"] > 10, st["progress"]
     outs = srv.json("GET", f"/api/v1/jobs/{st['id']}/outputs")
     assert {f["name"] for f in outs["files"]} == {k for k in expected if not k.endswith("/")}
     status, hdrs, data = srv.request("GET", f"/api/v1/jobs/{st['id']}/outputs/result.nc")
