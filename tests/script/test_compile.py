@@ -196,6 +196,9 @@ def test_strict_rejects_outputs_outside_the_tree(d: Path, tmp_path_factory) -> N
     comp(d, src)  # fine by default
     with pytest.raises(ScriptError, match=r"t.sh:1: writes .* outside the working tree"):
         comp(d, src, strict=True)
+    # a removal names the top-most path it reaches, not the first file below it
+    with pytest.raises(ScriptError, match=r"t.sh:1: removes '/usr', outside the working tree"):
+        comp(d, "rm -rf /usr\n", strict=True)
 
 
 def test_unreadable_input(d: Path) -> None:
