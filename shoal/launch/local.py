@@ -24,6 +24,7 @@ from shoal.transport.connfile import Connection
 if TYPE_CHECKING:
     from shoal.launch.allocation import Allocation
     from shoal.launch.launchers import Launcher
+    from shoal.launch.workenv import WorkerEnv
 
 EXIT_HEAD_LOST = 3  # the agent's exit status when it lost its head (shoal.agent.headlink)
 AGENT_GRACE_S = 0.2  # how long stop() lets the agent exit on its own once the head is gone
@@ -35,13 +36,22 @@ class LocalCluster:
     ``heartbeat_timeout``, ``crash_limit`` and ``journal`` become the head's
     ``--heartbeat-timeout``, ``--crash-limit`` and ``--journal`` (only when given);
     ``gpus`` and ``memory`` (bytes) the agent's ``--gpus`` and ``--memory`` (only when
-    given: otherwise the agent detects its GPUs and does not count memory).
+    given: otherwise the agent detects its GPUs and does not count memory);
+    ``worker_env`` the agent's prolog, extra import path and directory
+    (shoal.launch.workenv): the prolog runs here, before anything starts, so a failing
+    one is a one-line PrologError.
     """
 
     def __init__(self, workers: int | None = None, slots: int | None = None, prefetch: int = 1,
                  *, heartbeat_timeout: float | None = None, crash_limit: int | None = None,
                  journal: str | None = None, gpus: int | None = None,
-                 memory: int | None = None, trace: str | None = None) -> None:
+                 memory: int | None = None, trace: str | None = None,
+                 worker_env: WorkerEnv | None = None) -> None:
+        agent_env, agent_cwd = None, None
+        if worker_env is not None:
+            worker_env.check_local()
+            agent_env = worker_env.environment(os.environ, "this machine")
+            agent_cwd = worker_env.workdir
         ncpu = os.cpu_count() or 1
         if slots is None:
             slots = workers if workers else ncpu
@@ -58,7 +68,8 @@ class LocalCluster:
         me = str(os.getpid())
         py = sys.executable
         # Workers must import what the caller imports: hand them its sys.path.
-        path = json.dumps([p for p in sys.path if p and os.path.isdir(p)] or [os.getcwd()])
+        path = [p for p in sys.path if p and os.path.isdir(p)] or [os.getcwd()]
+        path = json.dumps(worker_env.sys_path(path) if worker_env is not None else path)
         common = dict(start_new_session=True, close_fds=True, stdin=subprocess.DEVNULL)
         policy = head_policy_args(heartbeat_timeout, crash_limit, journal, trace)
         resources: list[str] = []
@@ -74,7 +85,7 @@ class LocalCluster:
         # The agent reads the connection from a pipe, not the file: the head removes the
         # file's directory when it exits, which an executor shut down at once can make
         # happen before the agent has even started reading.
-        agent_common = {**common, "stdin": subprocess.PIPE}
+        agent_common = {**common, "stdin": subprocess.PIPE, "env": agent_env, "cwd": agent_cwd}
         self.agent = subprocess.Popen(
             [py, "-m", "shoal.agent", "--connection", "/dev/stdin", "--owner-pid", me,
              "--slots", str(slots), "--workers", str(self.workers), "--sys-path", path,
@@ -180,14 +191,16 @@ def start_runtime(*, workers: int | None = None, slots: int | None = None, prefe
                   journal: str | None = None, allocation: Allocation | bool | None = None,
                   launcher: Launcher | str | None = None, interface: str | None = None,
                   env: Mapping[str, str] | None = None, gpus: int | None = None,
-                  memory: int | None = None, trace: str | None = None) -> Any:
+                  memory: int | None = None, trace: str | None = None,
+                  worker_env: WorkerEnv | None = None) -> Any:
     """The runtime an ``Executor()`` without ``connect=`` starts: a
     ``shoal.launch.cluster.AllocationCluster`` over ``allocation`` (None: the one
     discovered, when this process owns it: not inside a Slurm job step, nor a task of
     an agent started by a launcher, ``SHOAL_NODE``), else the embedded
     :class:`LocalCluster`. ``allocation=False`` forces the local default. (Here, not in shoal.launch.cluster, so that the local
     default imports nothing of the cluster path.) ``gpus`` and ``memory`` are the local
-    default's agent's; in an allocation each node's agent finds the job's itself."""
+    default's agent's; in an allocation each node's agent finds the job's itself.
+    ``worker_env``: the agents' prolog, import path and directory (shoal.launch.workenv)."""
     env = os.environ if env is None else env
     owner = not env.get("SLURM_STEP_ID") and not env.get("SHOAL_NODE")  # not a task's
     if allocation is None and (launcher is not None or interface is not None or owner):
@@ -204,7 +217,7 @@ def start_runtime(*, workers: int | None = None, slots: int | None = None, prefe
         return AllocationCluster(allocation, launcher, interface=interface, workers=workers,
                                  slots=slots, prefetch=prefetch,
                                  heartbeat_timeout=heartbeat_timeout, crash_limit=crash_limit,
-                                 journal=journal, trace=trace)
+                                 journal=journal, trace=trace, worker_env=worker_env)
     if launcher is not None or interface is not None:
         from shoal.launch.cluster import ClusterError
 
@@ -212,7 +225,8 @@ def start_runtime(*, workers: int | None = None, slots: int | None = None, prefe
                            "(run inside a batch job, or give --hosts/--hostfile)")
     return LocalCluster(workers=workers, slots=slots, prefetch=prefetch,
                         heartbeat_timeout=heartbeat_timeout, crash_limit=crash_limit,
-                        journal=journal, gpus=gpus, memory=memory, trace=trace)
+                        journal=journal, gpus=gpus, memory=memory, trace=trace,
+                        worker_env=worker_env)
 
 
 def head_policy_args(heartbeat_timeout: float | None, crash_limit: int | None,
