@@ -6,7 +6,8 @@
 #   bash bench/setup_peers.sh dask ray   # only these
 #
 # The stdlib pools (ProcessPoolExecutor, multiprocessing.Pool) run on the plain interpreter and
-# need nothing.  HyperQueue's `hq` binary is not installed here: the pip package ships only its
+# need nothing.  `scoop` installs SCOOP 0.7.2 and DEAP into the project venv (bench/scoop_bench.py).
+# HyperQueue's `hq` binary is not installed here: the pip package ships only its
 # Python API, so build `hq` from its repository yourself and put it on PATH or in $HQ_BIN.
 set -euo pipefail
 
