@@ -158,3 +158,30 @@ def test_worker_env_with_connect_is_refused(tmp_path):
               cwd=str(tmp_path), timeout=60)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.startswith("shoal: prolog=, pythonpath= and workdir= set up the agents")
+
+
+def test_scoop_module_attributes(tmp_path):
+    """`import shoal as scoop`: SCOOP's module attributes, in the program and in tasks."""
+    (tmp_path / "prog.py").write_text(
+        "import os, socket\n"
+        "import shoal as scoop\n"
+        "from shoal import futures\n"
+        "def where(_):\n"
+        "    return (scoop.worker, scoop.IS_ORIGIN, scoop.IS_RUNNING, scoop.SIZE, scoop.DEBUG,\n"
+        "            scoop.worker == f'{socket.gethostname()}:{os.getpid()}'.encode())\n"
+        "if __name__ == '__main__':\n"
+        "    print(scoop.worker == f'{socket.gethostname()}:{os.getpid()}'.encode(),\n"
+        "          scoop.IS_ORIGIN, scoop.IS_RUNNING, scoop.SIZE, scoop.DEBUG)\n"
+        "    rows = set(futures.map(where, range(30)))\n"
+        "    print(sorted({r[1:] for r in rows}), 1 <= len({r[0] for r in rows}) <= 3)\n")
+    r = shoal(["-n", "3", "prog.py"], cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["True True True 3 False",
+                                     "[(False, True, 3, False, True)] True"]
+    # a plain program: no runtime yet, as SCOOP outside `python -m scoop`
+    r = subprocess.run([PY, "-c", "import shoal as scoop\nprint(scoop.IS_RUNNING, scoop.IS_ORIGIN)\n"
+                        "try:\n    scoop.SIZE\nexcept AttributeError as e:\n    print(e)"],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})
+    assert r.stdout.splitlines() == [
+        "False True", "shoal.SIZE: no runtime yet (run the program with `python -m shoal`, "
+        "or call a shoal.futures function first)"], r.stderr
