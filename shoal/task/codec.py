@@ -117,18 +117,18 @@ class _Pickler(cloudpickle.Pickler):
     DEAP individuals failed with "metaclass conflict")."""
 
     def reducer_override(self, obj: Any) -> Any:
-        t = type(obj)
-        if t is not type and isinstance(obj, type):
-            own = _own_reduce.get(t)
+        if isinstance(obj, type) and type(obj) is not type:
+            own = _own_reduce.get(type(obj))
             if own is None:
-                own = _own_reduce[t] = next(
-                    (k.__dict__["__reduce__"] for k in t.__mro__
+                own = _own_reduce[type(obj)] = next(
+                    (k.__dict__["__reduce__"] for k in type(obj).__mro__
                      if k is not type and k is not object and "__reduce__" in k.__dict__), False)
             if own:
                 return own(obj)
-        return super().reducer_override(obj)
+        return _cloudpickle_override(self, obj)  # not super(): this runs for most objects
 
 
+_cloudpickle_override = cloudpickle.Pickler.reducer_override
 _own_reduce: dict[type, Any] = {}  # metaclass -> its own __reduce__, or False
 
 
