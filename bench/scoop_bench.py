@@ -4,7 +4,8 @@ Cells (issue 12):
 
 - ``onemax``: DEAP's onemax GA at the example's own size (300 individuals of 100 bits,
   40 generations, cxpb 0.5, mutpb 0.2, seed 64) with ``toolbox.register("map",
-  futures.map)``; ``onemax2ms``: the same with each evaluation spinning 2 ms of CPU.
+  futures.map)``; ``onemax2ms``: the same with each evaluation spinning 2 ms of CPU time
+  (``time.thread_time``: the same work however busy the machine).
   Runtimes: shoal, SCOOP, serial (builtin ``map``). Every runtime must print the same
   final generation (checked).
 - ``w1map``: bench/run.py's W1map cell, ``list(futures.map(inc, range(20000)))``;
@@ -16,7 +17,8 @@ Cells (issue 12):
 Every runtime gets 2 workers: ``python -m shoal -n 2``, ``python -m scoop -n 2`` (its
 origin plus one worker, both run tasks), ``Pool(2)``. Each run is a fresh process; the
 timed window starts after the runtime is up and one small map ran (``wall`` is the whole
-process, start-up included). Runtimes alternate within each repetition; medians reported.
+process, start-up included; ``cpu`` the CPU seconds of the process and every descendant it
+waited for). Runtimes alternate within each repetition; medians reported.
 
     PYTHONPATH=. .venv/bin/python bench/scoop_bench.py [--cells onemax,w1map,mapreduce]
         [--reps 5] [--scoop-n 100000] [--json FILE]
@@ -32,6 +34,7 @@ import functools
 import json
 import operator
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -59,8 +62,8 @@ def sq(x: int) -> int:
 
 def eval_onemax(individual, spin: float = 0.0):
     if spin:
-        end = time.perf_counter() + spin
-        while time.perf_counter() < end:
+        end = time.thread_time() + spin
+        while time.thread_time() < end:
             pass
     return (sum(individual),)
 
@@ -162,16 +165,20 @@ def command(cell: str, runtime: str, n: int) -> list[str]:
 def run_one(cell: str, runtime: str, n: int, timeout: float) -> dict:
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     t0 = time.perf_counter()
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         p = subprocess.run(command(cell, runtime, n), capture_output=True, text=True, env=env,
                            timeout=timeout, cwd=HERE)
     except subprocess.TimeoutExpired:
         return {"cell": cell, "runtime": runtime, "error": f"over {timeout:.0f} s", "n": n}
     wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
     for line in p.stdout.splitlines():
         if line.startswith(MARK):
             rec = json.loads(line[len(MARK):])
             rec["wall"] = wall
+            rec["cpu"] = cpu
             return rec
     tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
     return {"cell": cell, "runtime": runtime, "error": f"status {p.returncode}: {tail}", "n": n}
@@ -181,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cells", default="onemax,onemax2ms,w1map,mapreduce")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps-slow", type=int, default=3, help="repetitions of onemax2ms")
     ap.add_argument("--n-w1map", type=int, default=20000)
     ap.add_argument("--n-mapreduce", type=int, default=1_000_000)
     ap.add_argument("--scoop-n", type=int, help="SCOOP's mapReduce items (default: the same)")
@@ -196,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     records: list[dict] = []
     for cell in a.cells.split(","):
         runtimes = CELLS[cell]
-        for rep in range(a.reps):
+        for rep in range(a.reps_slow if cell == "onemax2ms" else a.reps):
             order = runtimes if rep % 2 == 0 else runtimes[::-1]  # alternate A/B/C, C/B/A
             for rt in order:
                 n = {"w1map": a.n_w1map, "mapreduce": a.n_mapreduce}.get(cell, 0)
@@ -216,8 +224,8 @@ def main(argv: list[str] | None = None) -> int:
 def table(records: list[dict]) -> str:
     """Markdown: per cell and runtime, median seconds (rate for w1map), median wall, and
     the ratio to shoal's median."""
-    out = ["| cell | runtime | n | median s | median wall s | vs shoal | runs | check |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = ["| cell | runtime | n | median s | median wall s | median CPU s | vs shoal | runs | check |",
+           "|---|---|---|---|---|---|---|---|---|"]
     cells: dict[str, dict[str, list[dict]]] = {}
     for r in records:
         cells.setdefault(r["cell"], {}).setdefault(r["runtime"], []).append(r)
@@ -228,15 +236,16 @@ def table(records: list[dict]) -> str:
         for rt, rs in by.items():
             good = ok[rt]
             if not good:
-                out.append(f"| {cell} | {rt} | {rs[0]['n']} | {rs[0]['error']} | | | {len(rs)} | |")
+                out.append(f"| {cell} | {rt} | {rs[0]['n']} | {rs[0]['error']} | | | | {len(rs)} | |")
                 continue
             med = statistics.median(r["seconds"] for r in good)
             wall = statistics.median(r["wall"] for r in good)
+            cpu = statistics.median(r["cpu"] for r in good)
             rate = f" ({good[0]['n'] / med:,.0f}/s)" if cell == "w1map" else ""
             ratio = f"{med / base:.2f}x" if base else ""
             check = ("same" if len(checks) == 1 else "DIFFERENT") if checks else ""
             out.append(f"| {cell} | {rt} | {good[0]['n'] or ''} | {med:.3f}{rate} | {wall:.2f} | "
-                       f"{ratio} | {len(good)}/{len(rs)} | {check} |")
+                       f"{cpu:.2f} | {ratio} | {len(good)}/{len(rs)} | {check} |")
     return "\n".join(out)
 
 
