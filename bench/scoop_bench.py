@@ -6,8 +6,9 @@ Cells (issue 12):
   40 generations, cxpb 0.5, mutpb 0.2, seed 64) with ``toolbox.register("map",
   futures.map)``; ``onemax2ms``: the same with each evaluation spinning 2 ms of CPU time
   (``time.thread_time``: the same work however busy the machine).
-  Runtimes: shoal, SCOOP, serial (builtin ``map``). Every runtime must print the same
-  final generation (checked).
+  Runtimes: shoal, SCOOP, serial (builtin ``map``); for onemax2ms also ``shoal-c1``,
+  shoal with ``futures.map(..., chunksize=1)`` (one task per evaluation, as SCOOP sends
+  them). Every runtime must print the same final generation (checked).
 - ``w1map``: bench/run.py's W1map cell, ``list(futures.map(inc, range(20000)))``;
   shoal, SCOOP, ``Pool(2).map``.
 - ``mapreduce``: ``futures.mapReduce(sq, operator.add, range(N))`` with N = 1,000,000;
@@ -45,7 +46,7 @@ ROOT = os.path.dirname(HERE)
 MARK = "@@SCOOPBENCH "
 CELLS = {  # cell -> runtimes
     "onemax": ("shoal", "scoop", "serial"),
-    "onemax2ms": ("shoal", "scoop", "serial"),
+    "onemax2ms": ("shoal", "shoal-c1", "scoop", "serial"),
     "w1map": ("shoal", "scoop", "pool"),
     "mapreduce": ("shoal", "scoop", "pool", "serial"),
 }
@@ -69,7 +70,7 @@ def eval_onemax(individual, spin: float = 0.0):
 
 
 def _futures(runtime: str):
-    if runtime == "shoal":
+    if runtime.startswith("shoal"):
         from shoal import futures
     elif runtime == "scoop":
         from scoop import futures
@@ -121,6 +122,8 @@ def program(cell: str, runtime: str, n: int) -> dict:
 
         pool = Pool(2)
         mapper = pool.map
+    elif runtime == "shoal-c1":
+        mapper = functools.partial(futures.map, chunksize=1)
     elif futures is not None:
         mapper = futures.map
     else:
@@ -157,8 +160,8 @@ def program(cell: str, runtime: str, n: int) -> dict:
 # ---- the driver ----------------------------------------------------------------------
 def command(cell: str, runtime: str, n: int) -> list[str]:
     me = [os.path.abspath(__file__), "--program", cell, "--runtime", runtime, "--n", str(n)]
-    if runtime in ("shoal", "scoop"):
-        return [sys.executable, "-m", runtime, "-n", "2", *me]
+    if runtime in ("shoal", "shoal-c1", "scoop"):
+        return [sys.executable, "-m", runtime.split("-")[0], "-n", "2", *me]
     return [sys.executable, *me]
 
 
