@@ -218,13 +218,12 @@ def test_shared_example(dirs):
     worker and a constant's item, and the map returns parameter + 1."""
     r = run("shoal", dirs, "shared_example.py")
     assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
-    assert lines[-1] == str(list(range(1, 11)))
-    assert lines.count("Second element") == 10
-    hellos = [ln for ln in lines if ln.startswith("Hello World from ")]
-    assert len(hellos) == 10
-    assert all(re.fullmatch(r"Hello World from b'[^']+'!", h) for h in hellos), hellos
-    assert len(set(hellos)) <= 2  # two workers
+    # two workers print at once into one pipe: their lines may interleave, so the output
+    # is searched, not split into lines
+    assert r.stdout.rstrip().endswith(str(list(range(1, 11))))
+    assert r.stdout.count("Second element") == 10
+    workers = re.findall(r"Hello World from (b'[^']+')!", r.stdout)
+    assert len(workers) == 10 and 1 <= len(set(workers)) <= 2, r.stdout
 
 
 def test_callbacks(dirs):
