@@ -32,3 +32,14 @@ if ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update && apt-get install -y chromium
 fi
+# `shoal serve`'s job sandbox (shoal/service/sandbox.py, docs/sandbox.md): bubblewrap, and
+# the unprivileged user the jobs run as (no home, no login shell)
+if ! command -v bwrap >/dev/null && command -v apt-get >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y --no-install-recommends bubblewrap \
+    || { apt-get update && apt-get install -y --no-install-recommends bubblewrap; }
+fi
+if [ "$(id -u)" = 0 ] && ! getent passwd shoal-job >/dev/null; then
+  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+    --user-group shoal-job
+fi
