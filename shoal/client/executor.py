@@ -235,6 +235,7 @@ class Executor(HeadLink, cf.Executor):
         self._io_sleeping = False
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._welcome = threading.Event()
+        self._client_num: int | None = None  # from WELCOME: shoal.shared files constants by it
         self._terminated = threading.Event()
         self._encoder: Encoder | None = None
         self._ctx = zmq.Context()
@@ -563,7 +564,19 @@ class Executor(HeadLink, cf.Executor):
             self._futures.pop(t, None)
         if len(futs) > 1:  # bulk (shutdown): mark what the head dropped
             return bool(done or removed)
-        return futs[0].tid in done
+        if futs[0].tid in done:
+            return True
+        if queued_only:  # the answer is exact: it started (or just finished)
+            futs[0]._mark_running()
+        return False
+
+    def _started(self, futs: list[ShoalFuture]) -> bool:
+        """Whether the task of ``futs[0]`` has started (``Future.running()``): asks the
+        head, which asks the agent holding it. False when nobody can tell."""
+        try:
+            return futs[0].tid in set(self._request([P.STATE, None, [futs[0].tid]], 30.0)[0])
+        except ExecutorError:
+            return False
 
     def _finish_later(self) -> None:
         outstanding = [f for f in list(self._futures.values()) if not f.done()]
