@@ -6,10 +6,9 @@ Where shoal differs on purpose, the test says so and checks shoal's side: a lost
 fails its task with TaskLost (a BrokenProcessPool) and the executor goes on; a result that
 cannot be unpickled fails that future only.
 
-Known gap: ``cancel()`` of a short task that the agent has already prefetched into a
-worker's queue (not started) can return False (the head answers for the tasks it holds;
-tasks at the agent are dropped asynchronously); ``test_cancel_semantics`` uses a function
-with no run-time history, whose tasks wait at the head.
+``cancel()`` is exact wherever a task waits (tests/test_cancel_exact.py causes each place
+for real); ``running()`` is True once the task started (ProcessPoolExecutor says so once a
+task is in its call queue, a little earlier).
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ import pytest
 
 import shoal
 from shoal.task.errors import InitializerError, RemoteError, TaskLost
+from shoal.task.future import ShoalFuture
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KINDS = ["shoal", "process"]
@@ -164,18 +164,14 @@ def test_cancel_semantics(ex):
     done = ex.submit(mul, 1, 1)
     done.result(30)
     assert done.cancel() is False and not done.cancelled()
-    # fill both workers, then a queued one can be cancelled
+    # fill both workers, then a queued one can be cancelled (with shoal, short tasks of a
+    # function with a history are prefetched deep into the workers' queues: the cancel
+    # reaches them there, right after submit as a moment later)
     busy = [ex.submit(nap, 1.0) for _ in range(2)]
-    # (a function run nowhere before: shoal prefetches short tasks deep into its workers'
-    # queues, and cancel() of one there is not yet reliable, see the module docstring)
-    queued = [ex.submit(queued_nap, 0.0, i) for i in range(20)]
+    queued = [ex.submit(nap, 0.0, i) for i in range(20)]
     called = []
     queued[-1].add_done_callback(called.append)
-    if not queued[-1].cancel() and isinstance(ex, shoal.Executor):
-        # known gap (issue 12 note): a queued task the head already sent into an agent's
-        # worker queue can answer False; ProcessPoolExecutor's side still asserts it
-        cf.wait([*busy, *queued])
-        pytest.xfail("cancel() of a task queued inside an agent answered False")
+    assert queued[-1].cancel() is True
     assert queued[-1].cancelled() and queued[-1].done()
     with pytest.raises(cf.CancelledError):
         queued[-1].result()
@@ -185,6 +181,38 @@ def test_cancel_semantics(ex):
     assert queued[-1].cancel() is True  # again: still True
     assert [f.result(30) for f in queued[:-1]] == list(range(19))
     cf.wait(busy)
+    time.sleep(0.3)  # the workers' queues are empty again
+    busy = [ex.submit(nap, 1.0) for _ in range(2)]
+    queued = [ex.submit(nap, 0.0, i) for i in range(20)]
+    time.sleep(0.3)  # now in the agent and the workers' queues
+    assert [f.cancel() for f in queued[10:]] == [True] * 10
+    assert [f.result(30) for f in queued[:10]] == list(range(10))
+    assert all(f.cancelled() for f in queued[10:])
+    cf.wait(busy)
+
+
+def test_running_future_cannot_be_cancelled(ex):
+    f = ex.submit(nap, 1.0, "ran")
+    deadline = time.monotonic() + 20
+    while not f.running() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert f.running() and not f.done()
+    assert f.cancel() is False and not f.cancelled()
+    assert f.running()
+    assert f.result(30) == "ran" and not f.running() and f.done()
+
+
+def test_set_running_or_notify_cancel():
+    # for code that drives futures itself: shoal's future behaves as the stdlib's
+    for g in (cf.Future(), ShoalFuture(0, None)):
+        assert g.set_running_or_notify_cancel() is True and g.running()
+        assert g.cancel() is False
+        with pytest.raises(RuntimeError, match="unexpected state"):
+            g.set_running_or_notify_cancel()
+        g.set_result(1)
+        assert not g.running() and g.result() == 1
+    for g in (cf.Future(), ShoalFuture(0, None)):
+        assert g.cancel() and g.set_running_or_notify_cancel() is False and g.cancelled()
 
 
 # ---- map ------------------------------------------------------------------------------------

@@ -259,8 +259,8 @@ class ShoalFuture(cf.Future):
         if state == _FINISHED or (state == _RUNNING and not running):
             return False
         owner = self._owner
-        if owner is None or not owner._cancel([self], queued_only=not running):
-            return False
+        if owner is not None and not owner._cancel([self], queued_only=not running):
+            return False  # (no owner: a future made by hand, cancelled here)
         return self._settle(None, None, cancelled=True) or self.cancelled()
 
     def __repr__(self) -> str:
