@@ -411,7 +411,7 @@ def test_shutdown_cancel_futures_asks_for_queued_tasks_only(wire):
     stopper.join(30)
     assert not stopper.is_alive()
     one, bulk = head.cancels
-    assert one[2:] == [[tids[2]]]                 # cancel(): stop it, even running
+    assert one[2:] == [[tids[2]], True]           # cancel(): only if not started
     assert bulk[2:] == [sorted(tids[:2]), True]    # shutdown(cancel_futures): queued only
     assert futs[0].result(0) == "ran" and futs[1].cancelled() and futs[2].cancelled()
 
