@@ -215,6 +215,29 @@ def test_set_running_or_notify_cancel():
         assert g.cancel() and g.set_running_or_notify_cancel() is False and g.cancelled()
 
 
+def test_cancel_from_several_threads_at_once(ex):
+    busy = [ex.submit(nap, 0.5) for _ in range(2)]
+    queued = [ex.submit(nap, 0.0, i) for i in range(12)]
+    target = queued[-1]
+    calls = []
+    target.add_done_callback(calls.append)
+    answers = []
+    start = threading.Barrier(4)
+
+    def cancel():
+        start.wait(10)
+        answers.append(target.cancel())
+
+    threads = [threading.Thread(target=cancel) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert answers == [True] * 4 and calls == [target]  # one cancel, one callback call
+    assert [f.result(30) for f in queued[:-1]] == list(range(11))
+    cf.wait(busy)
+
+
 # ---- map ------------------------------------------------------------------------------------
 def test_map_order_shortest_iterable_and_chunksize(ex):
     assert list(ex.map(mul, range(10), range(10))) == [i * i for i in range(10)]
@@ -334,6 +357,20 @@ def test_shutdown_cancel_futures(kind):
     others = [f for f in futs if not f.cancelled()]
     assert len(cancelled) > 10 and others  # what had started finished, the rest did not run
     assert all(f.done() and f.exception() is None for f in others)
+
+
+def test_shutdown_without_wait_returns_at_once_and_work_finishes(kind):
+    ex = make(kind)
+    first = ex.submit(nap, 0.2)
+    first.result(30)  # workers up
+    f = ex.submit(nap, 1.0, "done")
+    t0 = time.monotonic()
+    ex.shutdown(wait=False)
+    assert time.monotonic() - t0 < 0.8
+    with pytest.raises(RuntimeError):
+        ex.submit(mul, 1, 1)
+    assert f.result(30) == "done"
+    ex.shutdown(wait=True)  # then a waiting one returns once all is done
 
 
 def test_context_manager_shuts_down(kind):

@@ -290,7 +290,8 @@ class Stopping:
         for w in self.workers.values():
             if w.doomed or not w.tasks:
                 continue
-            hit = [t for t in w.tasks if t in tids]
+            unsent = {s[0] for s in self.out_workers.get(w.ident, ())}
+            hit = [t for t in w.tasks if t in tids and t not in unsent]
             if hit:  # STARTED only grows: a read without the lock is at worst a moment old
                 started = _Q.unpack_from(self.running_slots, SLOT_BYTES * w.index + STARTED)[0]
                 out += [t for t in hit if t in w.blocked or 0 < _seq(w.tasks[t]) <= started]
