@@ -16,8 +16,8 @@ arguments and results are still pickled, so a task sees the same values either w
 Messages with the agent (all batched):
   in:  TASKS [specs, funcs], RESULTS [results of sub-tasks], CANCEL [key, tids] (drop these:
        the agent saw under the shared lock that they had not started, and they cannot
-       start before this message is read, see agent.pool; nothing is sent for them), RETURN (drop every task not started and
-       say which: the agent drains), SHUTDOWN
+       start before this message is read, see agent.pool; nothing is sent for them),
+       RETURN (drop every task not started and say which: the agent drains), SHUTDOWN
   out: RESULTS [results], SUBMIT [sub-tasks, funcs], CREDIT [n, blocked tids, resumed tids],
        RETURN [tids]
 

@@ -510,17 +510,19 @@ class Head:
             now = time.monotonic()
             for delay, tid in d.later:
                 heapq.heappush(self._later, (now + delay, tid))
+        # revoked before this turn's new dispatches are queued: an attempt not sent yet
+        # stays here, and a new attempt of the same task (MPI, agent lost) still leaves
+        for agent, tids in d.revoke.items():
+            taken = set(self._take_unsent(agent, tids))
+            left = [t for t in tids if t not in taken] if taken else tids
+            if left:
+                self._send(agent, [P.CANCEL, 0, left])
         for agent, specs in d.dispatch.items():
             self._out_tasks[agent].extend(specs)
         for owner, items in d.resolve.items():
             self._out_results[owner].extend(items)
         if self.tracer is not None and d.resolve:
             self.tracer.resolved(d.resolve)
-        for agent, tids in d.revoke.items():
-            taken = set(self._take_unsent(agent, tids))  # not sent yet: they stay here
-            left = [t for t in tids if t not in taken] if taken else tids
-            if left:
-                self._send(agent, [P.CANCEL, 0, left])
         if d.done_keys and self.journal is not None:  # journal: buffered, see _flush
             self.journal.finished(d.done_keys)
 
