@@ -178,6 +178,9 @@ def test_cancel_semantics(ex):
     with pytest.raises(cf.CancelledError):
         queued[-1].exception()
     assert called == [queued[-1]]
+    late = []
+    queued[-1].add_done_callback(late.append)  # on a cancelled future: called at once
+    assert late == [queued[-1]]
     assert queued[-1].cancel() is True  # again: still True
     assert [f.result(30) for f in queued[:-1]] == list(range(19))
     cf.wait(busy)
@@ -317,6 +320,20 @@ def test_as_completed_order_duplicates_and_timeout(ex):
         for _ in cf.as_completed([pending], timeout=0.05):
             pass
     pending.result(30)
+
+
+def test_first_exception_without_one_waits_for_all(ex):
+    a, b = ex.submit(nap, 0.1, 1), ex.submit(nap, 0.5, 2)
+    done, not_done = cf.wait([a, b], timeout=30, return_when=cf.FIRST_EXCEPTION)
+    assert done == {a, b} and not not_done  # no exception: as ALL_COMPLETED
+
+
+def test_as_completed_yields_finished_futures_first(ex):
+    finished = ex.submit(mul, 2, 2)
+    finished.result(30)
+    slow = ex.submit(nap, 0.5, "slow")
+    it = cf.as_completed([slow, finished], timeout=30)
+    assert next(it) is finished and next(it) is slow
 
 
 # ---- use from several threads --------------------------------------------------------------
