@@ -6,7 +6,7 @@ import os
 
 from .errors import Unsupported
 from .model import DEL, IN, INOUT, OUT, FileUse, Redirect, Stage, Step
-from .nodes import ALWAYS_OK, _key, _named, _text
+from .nodes import ALWAYS_OK, QUIET_DEVICES, _key, _named, _text
 from .parser import Node
 from .simfs import NOCLOBBER, PRESENT, RMTREE, SYMLINK, TREE, VIA
 
@@ -237,6 +237,8 @@ class EmitMixin:
                     continue
                 path = os.path.normpath(os.path.join(cwd, r.target))
                 if r.target.startswith("/dev/"):
+                    if r.target not in QUIET_DEVICES:  # /dev/full, /dev/tcp/...: can fail
+                        always_ok = False
                     continue
                 loc = (si, "r", ri)
                 if r.op in ("<",):

@@ -181,6 +181,8 @@ def test_chain_clusters_keep_parallelism_that_swamp_loses(d: Path) -> None:
     ("echo a\nfor x in a; do\necho $x\n", r"t.sh:2: syntax error: 'for' is not closed"),
     ("ncwa a.nc x.nc\nn=$(cat x.nc)\n", r"t.sh:2: reads 'x.nc' at compile time, but line 1"),
     ("cat <(echo hi)\n", r"t.sh:1: process substitution"),
+    # a block writing to a device that can fail: its status is not known before it runs
+    ("{ echo a; } > /dev/udp/127.0.0.1/9\n", r"t.sh:1: redirection .* of a whole .*can fail"),
 ])
 def test_bad_input_is_one_error_naming_the_line(d: Path, src: str, msg: str) -> None:
     with pytest.raises(ScriptError, match=msg) as info:
