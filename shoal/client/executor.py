@@ -116,6 +116,13 @@ class Executor(HeadLink, cf.Executor):
     :param min_agents: wait (up to ``start_timeout``) until this many agents have joined
         before returning, so the first tasks spread over all of them (see
         :meth:`wait_for_agents`).
+    :param prolog: shell script each agent sources at its start, on its node; its workers
+        and commands inherit the environment it exports (SCOOP's ``--prolog``; see
+        :mod:`shoal.launch.workenv`). A failing one is a one-line ``PrologError``.
+    :param pythonpath: directories put first on the workers' import path and the agents'
+        ``PYTHONPATH`` (one, a ``"a:b"`` string, or a list), not on this process's.
+    :param workdir: the directory agents, their workers and commands run in (default:
+        this one; a command's ``cwd=`` wins).
     """
 
     def __init__(
@@ -142,6 +149,9 @@ class Executor(HeadLink, cf.Executor):
         gpus: int | None = None,
         memory: int | str | None = None,
         min_agents: int | None = None,
+        prolog: str | os.PathLike[str] | None = None,
+        pythonpath: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
+        workdir: str | os.PathLike[str] | None = None,
     ) -> None:
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, not {schedule!r}")
@@ -188,6 +198,10 @@ class Executor(HeadLink, cf.Executor):
             if gpus is not None or memory is not None:
                 raise ValueError("gpus= and memory= describe the local agent: with connect=, give "
                                  "them to each `shoal agent` (--gpus, --memory)")
+            if prolog is not None or pythonpath is not None or workdir is not None:
+                raise ValueError("prolog=, pythonpath= and workdir= set up the agents this "
+                                 "executor starts: with connect=, set up each agent's environment "
+                                 "where you start it")
         if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
             raise ValueError(f"gpus must be an int >= 0, not {gpus!r}")
         if memory is not None:
@@ -198,12 +212,14 @@ class Executor(HeadLink, cf.Executor):
         self._cluster = None
         if connect is None:  # the local default, or the whole allocation this runs in
             from shoal.launch.runtime import start_runtime
+            from shoal.launch.workenv import WorkerEnv
 
             self._cluster = start_runtime(
                 workers=workers, slots=slots, prefetch=prefetch,
                 heartbeat_timeout=heartbeat_timeout, crash_limit=crash_limit,
                 journal=journal, allocation=allocation, launcher=launcher, interface=interface,
-                gpus=gpus, memory=memory, trace=trace, probe=_JoinProbe)
+                gpus=gpus, memory=memory, trace=trace, probe=_JoinProbe,
+                worker_env=WorkerEnv.make(prolog, pythonpath, workdir))
             conn = self._cluster.connection
             self._slots = self._cluster.slots
         else:
@@ -220,6 +236,7 @@ class Executor(HeadLink, cf.Executor):
         self._requests: list[tuple[list[Any], threading.Event, list[Any]]] = []
         self._req_ids = itertools.count(1)
         self._waiting_replies: dict[int, tuple[threading.Event, list[Any]]] = {}
+        self._cancelling: dict[int, threading.Event] = {}  # tid -> its cancel() in flight
         self._journal = journal is not None  # or a `shoal head --journal` says so on WELCOME
         self._heartbeat_s = HEARTBEAT_S
         self._timeout_s = TIMEOUT_S
@@ -235,6 +252,7 @@ class Executor(HeadLink, cf.Executor):
         self._io_sleeping = False
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._welcome = threading.Event()
+        self._client_num: int | None = None  # from WELCOME: shoal.shared files constants by it
         self._terminated = threading.Event()
         self._encoder: Encoder | None = None
         self._ctx = zmq.Context()
@@ -554,16 +572,44 @@ class Executor(HeadLink, cf.Executor):
         remote = tids - removed - keep
         if not remote:
             return bool(removed)
+        if len(futs) == 1:  # one cancel() per task at a time: the others take its answer
+            with self._lock:
+                ev = self._cancelling.get(futs[0].tid)
+                if ev is None:
+                    self._cancelling[futs[0].tid] = threading.Event()
+            if ev is not None:
+                ev.wait(35.0)
+                return futs[0].cancelled()
         try:
             msg = [P.CANCEL, None, sorted(remote), True] if queued_only else [P.CANCEL, None, sorted(remote)]
-            done = set(self._request(msg, 30.0)[0])
+            try:
+                done = set(self._request(msg, 30.0)[0])
+            except ExecutorError:
+                return bool(removed)
+            for t in done:
+                self._futures.pop(t, None)
+            if len(futs) > 1:  # bulk (shutdown): mark what the head dropped
+                return bool(done or removed)
+            if futs[0].tid in done:
+                futs[0]._settle(None, None, cancelled=True)  # before the others read it
+                return True
+            if queued_only:  # the answer is exact: it started (or just finished)
+                futs[0]._mark_running()
+            return False
+        finally:
+            if len(futs) == 1:
+                with self._lock:
+                    ev = self._cancelling.pop(futs[0].tid, None)
+                if ev is not None:
+                    ev.set()
+
+    def _started(self, futs: list[ShoalFuture]) -> bool:
+        """Whether the task of ``futs[0]`` has started (``Future.running()``): asks the
+        head, which asks the agent holding it. False when nobody can tell."""
+        try:
+            return futs[0].tid in set(self._request([P.STATE, None, [futs[0].tid]], 30.0)[0])
         except ExecutorError:
-            return bool(removed)
-        for t in done:
-            self._futures.pop(t, None)
-        if len(futs) > 1:  # bulk (shutdown): mark what the head dropped
-            return bool(done or removed)
-        return futs[0].tid in done
+            return False
 
     def _finish_later(self) -> None:
         outstanding = [f for f in list(self._futures.values()) if not f.done()]
