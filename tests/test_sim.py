@@ -89,6 +89,9 @@ def test_the_trace_reads_back_with_virtual_times(tmp_path):
     assert max(a.ended for a in t.attempts) - epoch == pytest.approx(r.makespan_s)
     s = trace.summary(path)
     assert s["ok"] == 16 and s["cores"]["busy_core_s"] == pytest.approx(16.0)
+    assert main(["trace", str(path)]) == 0  # the commands read it as a head's
+    assert main(["report", str(path), "-o", str(tmp_path / "r.html")]) == 0
+    assert (tmp_path / "r.html").stat().st_size > 0
 
 
 def test_a_big_task_behind_small_ones_is_not_starved():
