@@ -1,7 +1,7 @@
 #!/bin/sh
 # Issue 14's simulator figures (docs/benchmarks.md, "Issue 14: simulation"): every run of
 # the table, one JSON line each, appended to the file given (default bench/sim/results.jsonl).
-# Takes about 40 minutes on a shared 2-core machine (the million-task runs dominate).
+# Takes about 40 minutes on a shared 2-core machine (the million-task runs and rp-2048).
 set -e
 cd "$(dirname "$0")/../.."
 OUT=${1:-bench/sim/results.jsonl}
@@ -16,7 +16,7 @@ sim $W/million.toml
 sim $W/million.toml --scale-duration 0.5
 sim $W/weak-scaling.toml
 sim $W/million.toml --scale-duration 0.25
-sim $W/rp-2048.toml --policy big-first --prefetch 0
-sim $W/rp-2048.toml --policy fifo --prefetch 1
-sim $W/million.toml --results batch
 sim $W/million.toml --scale-duration 0.125
+sim $W/million.toml --scale-duration 0.0625
+sim $W/million.toml --results batch
+sim $W/rp-2048.toml --policy big-first --prefetch 0   # ~15 minutes
