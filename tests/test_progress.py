@@ -94,6 +94,9 @@ PROGRAM = textwrap.dedent("""
                 list(ex.map(slow, [*range(9), -1], chunksize=1, progress=True))
             except ValueError as exc:
                 print("raised", exc)
+        elif mode == "print":       # stdout is a pipe: what is printed meanwhile stays there
+            for r in ex.map(slow, range(40), chunksize=1, progress=True):
+                print("item", r, flush=True)
         elif mode == "quiet":       # a short map, and a long one with progress=False
             print(sum(ex.map(slow, range(4), chunksize=1)))
             print(sum(ex.map(slow, range(40), chunksize=1, progress=False)))
@@ -135,6 +138,14 @@ def test_failed_items_are_counted(program):
     text = plain(term)
     assert last_count(text, 10) == 10
     assert "failed 1" in text
+
+
+def test_output_printed_meanwhile_stays_on_a_redirected_stdout(program):
+    rc, out, term = run_on_pty([PY, program, "print"])
+    assert rc == 0, term[-2000:]
+    assert out.decode().splitlines() == [f"item {i}" for i in range(40)]
+    text = plain(term)
+    assert not re.search(r"item \d", text) and last_count(text, 40) == 40
 
 
 def test_short_maps_and_progress_false_draw_nothing(program):

@@ -65,13 +65,15 @@ def progress_delay(setting: bool | None, stream: Any = None) -> float | None:
             return None
         if env in _ON:
             return 0.0
-        stream = sys.stderr if stream is None else stream
-        try:
-            tty = stream is not None and stream.isatty()
-        except (AttributeError, ValueError, OSError):  # closed or replaced stream
-            tty = False
-        return AUTO_DELAY_S if tty else None
+        return AUTO_DELAY_S if _isatty(sys.stderr if stream is None else stream) else None
     return 0.0
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return stream is not None and bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):  # closed or replaced stream
+        return False
 
 
 class ProgressView:
@@ -82,12 +84,14 @@ class ProgressView:
     how fast ``done`` grew over the last :data:`RATE_WINDOW_S`, the ETA what is left at
     that rate. ``started``: when the work began (``time.monotonic()``; default: now), for
     the elapsed time and the first rate. With ``auto_refresh`` False, nothing redraws
-    until ``update(..., refresh=True)``.
+    until ``update(..., refresh=True)``. ``redirect_stdout``: while drawing, what the
+    program prints to stdout goes above the line, through the progress console (default:
+    only when stdout is a terminal too; a redirected stdout must keep its output).
     """
 
     def __init__(self, title: str, total: int, *, console: Any = None, unit: str = "tasks",
                  transient: bool = False, auto_refresh: bool = True, disable: bool = False,
-                 started: float | None = None) -> None:
+                 started: float | None = None, redirect_stdout: bool | None = None) -> None:
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -108,6 +112,7 @@ class ProgressView:
             console=console if console is not None else Console(stderr=True, highlight=False),
             transient=transient, auto_refresh=auto_refresh, refresh_per_second=int(1 / TICK_S),
             disable=disable, get_time=time.monotonic,
+            redirect_stdout=_isatty(sys.stdout) if redirect_stdout is None else redirect_stdout,
         )
         self._task = self._progress.add_task(title, total=total, counts=_counts(0, 0, total),
                                               rate=f"- {unit}/s", eta="-:--:--")
@@ -217,7 +222,9 @@ class MapProgress:
         """The map's caller is done: draw the last counts and stop (waits for it, so the
         line is out before what the caller prints next)."""
         self._stop.set()
-        if threading.current_thread() is not self._thread:
+        me = threading.current_thread()
+        # not from the executor's I/O thread: the poll may wait for it to bring a reply
+        if me is not self._thread and me is not getattr(self._owner, "_thread", None):
             self._thread.join(2.0)
 
     # ---- the thread ----------------------------------------------------------------------------
