@@ -42,7 +42,7 @@ def child(args: argparse.Namespace) -> None:
     variants = args.variants.split(",")
     with Executor(workers=2) as ex:
         for _ in range(3):  # warm-up: workers started, functions sent
-            list(ex.map(inc, range(2000), progress=False))
+            list(ex.map(inc, range(2000)))
             [f.result() for f in [ex.submit(inc, i) for i in range(2000)]]
         for rep in range(args.reps):
             k = rep % len(variants)

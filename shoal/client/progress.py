@@ -23,7 +23,6 @@ import os
 import sys
 import threading
 import time
-import weakref
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -185,16 +184,14 @@ def _clock(seconds: float) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
-# Views drawing now: stopped at interpreter exit, so the terminal gets its cursor back.
-_active: weakref.WeakSet[MapProgress] = weakref.WeakSet()
-
-
 class MapProgress:
-    """The progress line of one ``Executor.map``, drawn by a thread of its own.
+    """The progress line of one ``Executor.map``, drawn by the watcher thread.
 
     ``futs``: the map's futures in order, each for ``chunksize`` items (the last for what
     is left of ``nitems``); ``delay``: seconds before the first draw (a map done by then
-    draws nothing). :meth:`close` when the caller is done with the results.
+    draws nothing). :meth:`close` when the caller is done with the results. Making one
+    costs a list copy and a lock: no thread of its own (one watcher thread serves every
+    map, drawing one at a time).
     """
 
     def __init__(self, owner: Any, futs: list[ShoalFuture], chunksize: int, nitems: int,
@@ -205,29 +202,36 @@ class MapProgress:
         self._futs: list[ShoalFuture | None] = list(futs)
         self._chunk = chunksize
         self._nitems = nitems
-        self._delay = delay
         self._t0 = time.monotonic()
+        self.due = self._t0 + delay
+        self._delay = delay
         self._console = console
         self._title = f"map {getattr(fn, '__qualname__', None) or type(fn).__name__}"
         self._lo = 0            # futures before it are done and counted
         self._done_lo = 0       # items of those
         self._failed_lo = 0
         self._running: int | None = None
-        self._stop = threading.Event()
+        self._next_poll = 0.0
+        self.closed = False     # the caller is done with the results
+        self.drawing = False    # the watcher took it (set under the watcher's lock)
+        self._ended = threading.Event()
         self.view: ProgressView | None = None
-        self._thread = threading.Thread(target=self._run, name="shoal-progress", daemon=True)
-        self._thread.start()
+        _WATCHER.add(self)
 
     def close(self) -> None:
-        """The map's caller is done: draw the last counts and stop (waits for it, so the
-        line is out before what the caller prints next)."""
-        self._stop.set()
+        """The map's caller is done: the last counts are drawn, then the line is left. If
+        it is drawn now, waits for that, so the line is out before what the caller prints
+        next."""
+        with _WATCHER.cond:
+            self.closed = True
+            drawing = self.drawing
+            _WATCHER.cond.notify_all()
         me = threading.current_thread()
-        # not from the executor's I/O thread: the poll may wait for it to bring a reply
-        if me is not self._thread and me is not getattr(self._owner, "_thread", None):
-            self._thread.join(2.0)
+        # not from the executor's I/O thread: the watcher's poll may wait for its reply
+        if drawing and me is not _WATCHER.thread and me is not getattr(self._owner, "_thread", None):
+            self._ended.wait(2.0)
 
-    # ---- the thread ----------------------------------------------------------------------------
+    # ---- counting (the watcher thread) -----------------------------------------------------------
     def _size(self, i: int) -> int:
         return self._chunk if i < len(self._futs) - 1 else self._nitems - self._chunk * i
 
@@ -268,39 +272,105 @@ class MapProgress:
         if isinstance(running, int):
             self._running = min(self._nitems - done, running * self._chunk)
 
-    def _run(self) -> None:
-        if self._delay > 0 and self._stop.wait(self._delay):
-            return  # the caller finished within the delay: nothing drawn
+    def step(self) -> bool:
+        """Count and draw once; False when the line is finished (or never to be drawn)."""
         done, failed, left = self.counts()
-        if not left and self._delay > 0:
-            return  # every result is in: the caller takes them at once
-        view = self.view = ProgressView(self._title, self._nitems, console=self._console,
-                                        unit="items", auto_refresh=False, started=self._t0)
-        _active.add(self)
-        next_poll = 0.0
+        view = self.view
+        if view is None:
+            if not left and self._delay > 0:
+                return False  # every result came in during the delay: draw nothing
+            view = self.view = ProgressView(self._title, self._nitems, console=self._console,
+                                            unit="items", auto_refresh=False, started=self._t0)
+        now = time.monotonic()
+        if left and not self.closed and now >= self._next_poll:
+            self._next_poll = now + POLL_S
+            self._poll_running(done)
+        running = 0 if not left else self._running
+        if running is not None:
+            running = max(0, min(running, self._nitems - done))
+        view.update(done, running, failed, refresh=view.started)
+        view.start()
+        return bool(left) and not self.closed
+
+    def end(self) -> None:
+        """Leave the last line on the terminal and let go of the futures."""
         try:
-            while True:
-                now = time.monotonic()
-                if left and now >= next_poll:
-                    next_poll = now + POLL_S
-                    self._poll_running(done)
-                running = 0 if not left else self._running
-                if running is not None:
-                    running = max(0, min(running, self._nitems - done))
-                view.update(done, running, failed, refresh=view.started)
-                view.start()
-                if not left or self._stop.wait(TICK_S):
-                    break
-                done, failed, left = self.counts()
-            done, failed, left = self.counts()
-            view.update(done, 0 if not left else self._running, failed)
+            if self.view is not None:
+                self.view.stop()
         finally:
-            view.stop()
-            _active.discard(self)
             self._futs = []
+            self._ended.set()
+
+
+class _Watcher:
+    """One daemon thread for every map's progress line: it sleeps until a map is due
+    (:data:`AUTO_DELAY_S` after it began, or at once), then redraws that map every
+    :data:`TICK_S` until it is done or closed; maps due meanwhile wait their turn (one
+    live display at a time)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.maps: list[MapProgress] = []
+        self.thread: threading.Thread | None = None
+
+    def add(self, mp: MapProgress) -> None:
+        with self.cond:
+            self.maps.append(mp)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="shoal-progress",
+                                               daemon=True)
+                self.thread.start()
+            self.cond.notify_all()
+
+    def _run(self) -> None:
+        current: MapProgress | None = None
+        while True:
+            with self.cond:
+                if current is None:
+                    # maps closed before they were drawn are forgotten here
+                    self.maps = [m for m in self.maps if not m.closed]
+                    now = time.monotonic()
+                    due = [m for m in self.maps if m.due <= now]
+                    if not due:
+                        wait = min((m.due for m in self.maps), default=now + 3600.0) - now
+                        self.cond.wait(max(0.001, wait))
+                        continue
+                    current = due[0]
+                    current.drawing = True
+            try:
+                going = current.step()
+            except Exception:  # noqa: BLE001 - a progress line must never break the map
+                going = False
+            if going:
+                with self.cond:
+                    if not current.closed:
+                        self.cond.wait(TICK_S)
+                continue
+            try:
+                if current.view is not None:  # the last counts, then the line stays
+                    current.closed = True
+                    current.step()
+            except Exception:  # noqa: BLE001
+                pass
+            finally:
+                current.end()
+            with self.cond:
+                if current in self.maps:
+                    self.maps.remove(current)
+                current.drawing = False
+                current._ended.set()
+            current = None
+
+    def stop_all(self) -> None:
+        """At interpreter exit: end the line being drawn (the terminal's cursor comes
+        back)."""
+        for m in list(self.maps):
+            m.close()
+
+
+_WATCHER = _Watcher()
 
 
 @atexit.register
 def _stop_views() -> None:
-    for p in list(_active):
-        p.close()
+    _WATCHER.stop_all()
