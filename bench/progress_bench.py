@@ -36,18 +36,26 @@ def inc(x):
     return x + 1
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of the process ``pid`` so far."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:13]) / os.sysconf("SC_CLK_TCK")
+
+
 def child(args: argparse.Namespace) -> None:
     from shoal import Executor
 
     variants = args.variants.split(",")
     with Executor(workers=2) as ex:
+        head = ex._cluster.head.pid  # the local default's head process
         for _ in range(3):  # warm-up: workers started, functions sent
             list(ex.map(inc, range(2000)))
             [f.result() for f in [ex.submit(inc, i) for i in range(2000)]]
         for rep in range(args.reps):
             k = rep % len(variants)
             for v in variants[k:] + variants[:k]:
-                t0, c0 = time.perf_counter(), time.process_time()
+                t0, c0, h0 = time.perf_counter(), time.process_time(), cpu_s(head)
                 if v == "W1":
                     res = [f.result() for f in [ex.submit(inc, i) for i in range(args.n)]]
                 else:
@@ -58,7 +66,9 @@ def child(args: argparse.Namespace) -> None:
                     res = list(ex.map(inc, range(args.n), **kw))
                 secs, cpu = time.perf_counter() - t0, time.process_time() - c0
                 assert res[-1] == args.n and len(res) == args.n
-                print(json.dumps({"variant": v, "seconds": secs, "cpu": cpu}), flush=True)
+                time.sleep(0.05)  # the head's last turn of this cell is over
+                print(json.dumps({"variant": v, "seconds": secs, "cpu": cpu,
+                                  "head_cpu": cpu_s(head) - h0}), flush=True)
 
 
 def run_child(pythonpath: str, variants: str, n: int, reps: int,
@@ -96,16 +106,20 @@ def run_child(pythonpath: str, variants: str, n: int, reps: int,
     return out
 
 
-def table(rows: dict[str, list[tuple[float, float]]], n: int, base: str) -> None:
-    """Median wall time and client CPU (all its threads: the progress thread is one)."""
-    ref = statistics.median(w for w, _ in rows[base])
-    ref_cpu = statistics.median(c for _, c in rows[base])
-    print(f"| variant | median s | tasks/s | vs {base} | client CPU s | CPU vs {base} | reps |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+def table(rows: dict[str, list[dict]], n: int, base: str) -> None:
+    """Median wall time, client CPU (all its threads: the progress thread is one) and
+    head CPU (its process; clock ticks of 10 ms, so only a large n resolves it)."""
+    def med(v: str, key: str) -> float:
+        return statistics.median(r.get(key, 0.0) for r in rows[v])
+
+    ref, ref_cpu, ref_head = med(base, "seconds"), med(base, "cpu"), med(base, "head_cpu")
+    print(f"| variant | median s | tasks/s | vs {base} | client CPU s | vs {base} | head CPU s "
+          f"| vs {base} | reps |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for v, cells in rows.items():
-        m = statistics.median(w for w, _ in cells)
-        c = statistics.median(c for _, c in cells)
-        print(f"| {v} | {m:.3f} | {n / m:,.0f} | {m / ref:.3f} | {c:.3f} | {c / ref_cpu:.3f} "
+        m, c, h = med(v, "seconds"), med(v, "cpu"), med(v, "head_cpu")
+        print(f"| {v} | {m:.3f} | {n / m:,.0f} | {m / ref:.3f} | {c:.3f} | "
+              f"{c / ref_cpu if ref_cpu else 0:.3f} | {h:.2f} | {h / ref_head if ref_head else 0:.3f} "
               f"| {len(cells)} |")
 
 
@@ -125,21 +139,21 @@ def main() -> None:
     print(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} n={args.n} reps={args.reps} "
           f"cpus={os.cpu_count()} load={os.getloadavg()[0]:.1f}")
     if args.base is None:
-        rows: dict[str, list[tuple[float, float]]] = {"off": [], "on": [], "auto": []}
+        rows: dict[str, list[dict]] = {"off": [], "on": [], "auto": []}
         for r in run_child(ROOT, "off,on,auto", args.n, args.reps, args.chunksize):
-            rows[r["variant"]].append((r["seconds"], r["cpu"]))
+            rows[r["variant"]].append(r)
         print(f"\nW1map (chunksize {args.chunksize or 'default'}), progress line off / on / "
               "automatic (stderr a pseudo-terminal)\n")
         table(rows, args.n, "off")
         return
-    cells: dict[str, dict[str, list[tuple[float, float]]]] = {"W1": {}, "W1map": {}}
+    cells: dict[str, dict[str, list[dict]]] = {"W1": {}, "W1map": {}}
     for rep in range(args.reps):
         order = [("before", args.base), ("after", ROOT)]
         if rep % 2:
             order.reverse()
         for label, path in order:
             for r in run_child(path, "W1,W1map", args.n, 1, args.chunksize):
-                cells[r["variant"]].setdefault(label, []).append((r["seconds"], r["cpu"]))
+                cells[r["variant"]].setdefault(label, []).append(r)
     for cell, rows in cells.items():
         print(f"\n{cell}, head and client before / after (a fresh process each, alternating)\n")
         table({k: rows[k] for k in ("before", "after")}, args.n, "before")

@@ -30,7 +30,7 @@ def boom(x):
 
 def test_status_shows_agents_queue_counts_and_recent_failures(head):
     connfile, _proc, add_agent = head
-    add_agent("--slots", "2", "--name", "a1")
+    add_agent("--slots", "2", "--name", "a1", "--gpus", "2", "--memory", "4G")
     add_agent("--slots", "2", "--name", "a2")
     ex = Executor(connect=str(connfile), min_agents=2, start_timeout=30)
     try:
@@ -38,9 +38,10 @@ def test_status_shows_agents_queue_counts_and_recent_failures(head):
         assert bad[0].result(30).returncode == 3
         with pytest.raises(ValueError):
             bad[1].result(30)
-        # 4 slots: 4 sleeps run, a few more wait on the agents (their windows), the rest
-        # in the head's queue; one more task waits on a sleep
-        sleeps = [ex.submit(Command(["sleep", "8"])) for _ in range(40)]
+        # 4 slots: 4 sleeps run (one of them on a GPU of a1), a few more wait on the
+        # agents (their windows), the rest in the head's queue; one waits on a sleep
+        sleeps = [ex.options(gpus=1, memory="1G").submit(Command(["sleep", "8"]))]
+        sleeps += [ex.submit(Command(["sleep", "8"])) for _ in range(39)]
         ex.options(after=[sleeps[0]]).submit(Command("true"))
         deadline = time.monotonic() + 20
         while ex.status(failures=0)["running"] < 4 and time.monotonic() < deadline:
@@ -55,6 +56,9 @@ def test_status_shows_agents_queue_counts_and_recent_failures(head):
             assert (a["slots"], a["busy"], a["running"]) == (2, 2, 2)
             assert a["queued"] >= 2  # prefetch 1 per slot at least
         assert (st["agents"], st["slots"], st["running"]) == (2, 4, 4)
+        assert (agents["a1"]["gpus"], agents["a1"]["gpus_used"]) == (2, 1)
+        assert (agents["a1"]["memory"], agents["a1"]["memory_used"]) == (4 << 30, 1 << 30)
+        assert (agents["a2"]["gpus"], agents["a2"]["memory"]) == (0, 0)
         assert st["dispatched"] == sum(a["running"] + a["queued"] for a in agents.values())
         assert st["queue"] == {"ready": 40 - st["dispatched"], "waiting": 1, "backoff": 0}
         assert st["queue"]["ready"] > 0
@@ -72,7 +76,8 @@ def test_status_shows_agents_queue_counts_and_recent_failures(head):
         assert "a1" in p.stdout and "a2" in p.stdout and "queued there" in p.stdout
         assert "recent failures" in p.stdout and "boom 7" in p.stdout
         assert "exit status 3" not in p.stdout  # only the newest one
-        assert "4/4 cores busy" in p.stdout
+        assert "4/4 cores busy, 1/2 GPUs busy" in p.stdout
+        assert "1/2 " in p.stdout and "1.0G/4.0G" in p.stdout  # a1's GPUs and memory
     finally:
         ex.shutdown(wait=False, cancel_futures=True)
 

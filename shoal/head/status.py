@@ -6,8 +6,9 @@ counters and one (time, completed) sample per heartbeat for the rate. Everything
 read from the scheduler core when asked, in time that grows with the agents, not with
 the tasks: a head with a million queued tasks answers as fast as an idle one.
 
-Results cost one C-level pass (``any(map(...))``) per RESULTS message to find failures;
-only a message that holds one is looked at item by item.
+Results cost one C-level pass (``any(map(...))`` over their ``info`` fields, which the
+protocol leaves None unless an attempt failed) per RESULTS message; only a message that
+holds a failure is looked at item by item.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ RATE_WINDOW_S = 10.0       # the rate is tasks completed over about this many se
 NAMES_KEPT = 100_000       # function names (one per function a client sent)
 LABEL_MAX = 160
 
-_STATUS = itemgetter(1)
 _INFO = itemgetter(4)
 _WORD = {ERR: "raised", LOST: "lost", TIMEOUT: "timed out", OK: "exit status"}
 
@@ -72,7 +72,7 @@ class StatusBook:
                 ) -> list[dict[str, Any]] | None:
         """The failed attempts among an agent's results, read before the core takes them
         (it reuses the lists); None when there is none (nearly always)."""
-        if not (any(map(_STATUS, items)) or any(map(_INFO, items))):
+        if not any(map(_INFO, items)):  # the protocol: info is None unless it failed
             return None
         out = []
         where = agent.decode(errors="replace")
