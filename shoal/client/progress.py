@@ -224,11 +224,14 @@ class MapProgress:
         next."""
         with _WATCHER.cond:
             self.closed = True
-            drawing = self.drawing
-            _WATCHER.cond.notify_all()
+            # drawn now, or asked for (progress=True: at least the last line is drawn);
+            # else the watcher forgets it at its next look, without being woken
+            wait = self.drawing or self._delay == 0
+            if wait:
+                _WATCHER.cond.notify_all()
         me = threading.current_thread()
         # not from the executor's I/O thread: the watcher's poll may wait for its reply
-        if drawing and me is not _WATCHER.thread and me is not getattr(self._owner, "_thread", None):
+        if wait and me is not _WATCHER.thread and me is not getattr(self._owner, "_thread", None):
             self._ended.wait(2.0)
 
     # ---- counting (the watcher thread) -----------------------------------------------------------
@@ -303,15 +306,18 @@ class MapProgress:
 
 
 class _Watcher:
-    """One daemon thread for every map's progress line: it sleeps until a map is due
-    (:data:`AUTO_DELAY_S` after it began, or at once), then redraws that map every
-    :data:`TICK_S` until it is done or closed; maps due meanwhile wait their turn (one
-    live display at a time)."""
+    """One daemon thread for every map's progress line. While maps are registered it
+    looks every :data:`TICK_S` for one that is due (:data:`AUTO_DELAY_S` after it began,
+    or at once for ``progress=True``), then redraws that map every tick until it is done
+    or closed; maps due meanwhile wait their turn (one live display at a time). With no
+    map it sleeps until one comes. A short automatic map never wakes it: it is added to
+    the list, and dropped from it at the next look once closed."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self.maps: list[MapProgress] = []
         self.thread: threading.Thread | None = None
+        self.idle = True  # waiting for a map, not ticking
 
     def add(self, mp: MapProgress) -> None:
         with self.cond:
@@ -320,20 +326,25 @@ class _Watcher:
                 self.thread = threading.Thread(target=self._run, name="shoal-progress",
                                                daemon=True)
                 self.thread.start()
-            self.cond.notify_all()
+            if self.idle or mp.due <= mp._t0:
+                self.cond.notify_all()
 
     def _run(self) -> None:
         current: MapProgress | None = None
         while True:
             with self.cond:
                 if current is None:
-                    # maps closed before they were drawn are forgotten here
-                    self.maps = [m for m in self.maps if not m.closed]
+                    # automatic maps closed before they were drawn are forgotten here
+                    self.maps = [m for m in self.maps if not m.closed or m._delay == 0]
+                    if not self.maps:
+                        self.idle = True
+                        self.cond.wait()
+                        self.idle = False
+                        continue
                     now = time.monotonic()
                     due = [m for m in self.maps if m.due <= now]
                     if not due:
-                        wait = min((m.due for m in self.maps), default=now + 3600.0) - now
-                        self.cond.wait(max(0.001, wait))
+                        self.cond.wait(TICK_S)
                         continue
                     current = due[0]
                     current.drawing = True
