@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 DEFAULT_FAILURES = 10
+DEFAULT_AGENTS = 40
 
 
 def add_parser(sub: Any) -> None:
@@ -33,6 +34,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--failures", type=int, default=DEFAULT_FAILURES, metavar="N",
                    help=f"recent failed attempts to show (default {DEFAULT_FAILURES}; the "
                         "head keeps the last 200)")
+    p.add_argument("--agents", type=int, default=DEFAULT_AGENTS, metavar="N",
+                   help=f"agents to list, busiest first (default {DEFAULT_AGENTS}; 0: all; "
+                        "--json lists all)")
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                    help="give up when the head does not answer within SECONDS (default 10)")
     p.set_defaults(func=status_command)
@@ -44,6 +48,9 @@ def status_command(args: argparse.Namespace) -> int:
         return 2
     if args.failures < 0:
         _say(f"--failures must be at least 0, not {args.failures}")
+        return 2
+    if args.agents < 0:
+        _say(f"--agents must be at least 0, not {args.agents}")
         return 2
     if not args.timeout > 0:
         _say(f"--timeout must be a number of seconds > 0, not {args.timeout:g}")
@@ -68,7 +75,7 @@ def status_command(args: argparse.Namespace) -> int:
             else:
                 from rich.console import Console
 
-                Console(highlight=False).print(render(st, where))
+                Console(highlight=False).print(render(st, where, args.agents))
             return 0
         return _watch(ex, args, where)
     except ExecutorError as exc:  # HeadLost is one: the head went away
@@ -94,16 +101,16 @@ def _watch(ex: Any, args: argparse.Namespace, where: str) -> int:
     st = ex.status(failures=args.failures, timeout=args.timeout)
     if not console.is_terminal:  # no redrawing in a pipe or a file: one block each time
         while True:
-            console.print(render(st, where))
+            console.print(render(st, where, args.agents))
             console.print()
             console.file.flush()
             time.sleep(args.watch)
             st = ex.status(failures=args.failures, timeout=args.timeout)
-    with Live(render(st, where), console=console, auto_refresh=False, screen=False) as live:
+    with Live(render(st, where, args.agents), console=console, auto_refresh=False, screen=False) as live:
         while True:
             time.sleep(args.watch)
             st = ex.status(failures=args.failures, timeout=args.timeout)
-            live.update(render(st, where), refresh=True)
+            live.update(render(st, where, args.agents), refresh=True)
 
 
 def _say(message: str) -> None:
@@ -128,8 +135,9 @@ def _bytes(n: int) -> str:
     return f"{n / 2**30:.1f}G" if n else "-"
 
 
-def render(st: dict[str, Any], where: str = "") -> Any:
-    """The status answer (``Executor.status()``) as rich tables: totals, agents, failures."""
+def render(st: dict[str, Any], where: str = "", max_agents: int = DEFAULT_AGENTS) -> Any:
+    """The status answer (``Executor.status()``) as rich tables: totals, agents (at most
+    ``max_agents``, busiest first, the others counted; 0: all), failures."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -165,7 +173,11 @@ def render(st: dict[str, Any], where: str = "") -> Any:
                           ("GPUs", "right"), ("memory", "right"), ("running", "right"),
                           ("queued there", "right")):
             at.add_column(col, justify=just)  # type: ignore[arg-type]
-        for a in agents:
+        shown = agents
+        if max_agents and len(agents) > max_agents:  # a big allocation: the busiest
+            shown = sorted(agents, key=lambda a: (-a.get("running", 0) - a.get("queued", 0),
+                                                  a["name"]))[:max_agents]
+        for a in shown:
             name = a["name"] + (" (draining)" if a.get("draining") else "")
             g = f"{a.get('gpus_used', 0)}/{a['gpus']}" if a.get("gpus") else "-"
             mem = (f"{_bytes(a.get('memory_used', 0))}/{_bytes(a['memory'])}"
@@ -175,6 +187,12 @@ def render(st: dict[str, Any], where: str = "") -> Any:
                        str(a.get("queued", 0)))
         if not agents:
             at.add_row("(none)", "", "", "", "", "", "", "")
+        elif len(shown) < len(agents):
+            idle = sum(1 for a in agents if not a.get("running") and not a.get("queued"))
+            more = len(agents) - len(shown)
+            at.caption = (f"and {more} more agent{'s' * (more != 1)} ({idle} of all "
+                          f"{len(agents)} idle; --agents 0 lists all)")
+            at.caption_justify = "left"
         parts.append(at)
     failures = st.get("failures") or []
     now = float(st.get("time") or time.time())
