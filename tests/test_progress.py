@@ -14,6 +14,7 @@ import sys
 import termios
 import textwrap
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -27,11 +28,12 @@ ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\r")
 
 
 def run_on_pty(argv: list[str], env: dict[str, str] | None = None, timeout: float = 60.0,
-               interrupt_after: float | None = None, stdout_pty: bool = False,
+               interrupt_when: Callable[[bytes], bool] | None = None, stdout_pty: bool = False,
                ) -> tuple[int, bytes, bytes]:
     """Run ``argv`` with its stderr (and its stdout too with ``stdout_pty``; else a
     pipe) on a new pseudo-terminal 160 columns wide; returns (exit status, stdout, what
-    the terminal got). ``interrupt_after``: send SIGINT after that many seconds."""
+    the terminal got). ``interrupt_when``: send SIGINT once it says True of what the
+    terminal got so far."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
     env = {**os.environ, "PYTHONPATH": ROOT, **(env or {})}
@@ -45,8 +47,7 @@ def run_on_pty(argv: list[str], env: dict[str, str] | None = None, timeout: floa
     interrupted = False
     try:
         while time.monotonic() - start < timeout:
-            if interrupt_after is not None and not interrupted and \
-                    time.monotonic() - start > interrupt_after:
+            if interrupt_when is not None and not interrupted and interrupt_when(bytes(got)):
                 p.send_signal(2)
                 interrupted = True
             ready, _, _ = select.select([master], [], [], 0.1)
@@ -174,16 +175,16 @@ def test_shoal_progress_0_turns_it_off_and_python_m_shoal_shows_it(tmp_path):
             return x * 2
 
         if __name__ == "__main__":
-            print(sum(futures.map(slow, range(40))))
+            print(sum(futures.map(slow, range(60))))  # 3 s: drawn from 1.5 s on
     """))
     rc, out, term = run_on_pty([PY, "-m", "shoal", "-n", "2", str(prog)])
     assert rc == 0, term[-2000:]
-    assert out.split() == [b"1560"]
-    assert last_count(plain(term), 40) == 40  # futures.map: chunked, counted in items
+    assert out.split() == [b"3540"]
+    assert last_count(plain(term), 60) == 60  # futures.map: chunked, counted in items
     rc, out, term = run_on_pty([PY, "-m", "shoal", "-n", "2", str(prog)],
                                env={"SHOAL_PROGRESS": "0"})
-    assert rc == 0 and out.split() == [b"1560"]
-    assert "/40" not in plain(term)
+    assert rc == 0 and out.split() == [b"3540"]
+    assert "/60" not in plain(term)
 
 
 def test_progress_settings_are_checked():

@@ -141,7 +141,8 @@ def test_watch_redraws_on_a_terminal_until_ctrl_c(head):
     add_agent("--slots", "1", "--name", "w1")
     with Executor(connect=str(connfile), min_agents=1, start_timeout=30):
         rc, _out, term = run_on_pty([PY, "-m", "shoal", "status", "--connect", str(connfile),
-                                     "--watch", "0.3"], interrupt_after=3.0, stdout_pty=True)
+                                     "--watch", "0.3"], stdout_pty=True, timeout=60,
+                                    interrupt_when=lambda got: got.count(b"shoal head") >= 3)
     assert rc == 0, term[-2000:]
     text = plain(term)
     assert text.count("shoal head") >= 3, "redrawn, not printed once"
