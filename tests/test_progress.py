@@ -88,8 +88,8 @@ PROGRAM = textwrap.dedent("""
 
     mode = sys.argv[1]
     with Executor(workers=2) as ex:
-        if mode == "auto":          # long enough for the automatic line (1.5 s)
-            print(sum(ex.map(slow, range(40), chunksize=1)))
+        if mode == "auto":          # 3 s: long enough for the automatic line (1.5 s)
+            print(sum(ex.map(slow, range(60), chunksize=1)))
         elif mode == "failed":      # asked for: drawn at once; the last item fails
             try:
                 list(ex.map(slow, [*range(9), -1], chunksize=1, progress=True))
@@ -120,12 +120,12 @@ def last_count(text: str, total: int) -> int:
 def test_map_progress_drawn_on_a_terminal_reaches_the_total(program):
     rc, out, term = run_on_pty([PY, program, "auto"])
     assert rc == 0, term[-2000:]
-    assert out.split() == [b"780"]
+    assert out.split() == [b"1770"]
     text = plain(term)
     assert "map slow" in text
-    assert last_count(text, 40) == 40
-    counts = [int(m) for m in re.findall(r"(\d+)/40\b", text)]
-    assert counts[0] < 40, "redrawn while it ran, not only at the end"
+    assert last_count(text, 60) == 60
+    counts = [int(m) for m in re.findall(r"(\d+)/60\b", text)]
+    assert counts[0] < 60, "redrawn while it ran, not only at the end"
     assert counts == sorted(counts)
     assert "queued 0" in text and "items/s" in text and "ETA" in text
     assert re.search(r"running [12]\b", text), "the head's running count while it ran"
@@ -160,7 +160,7 @@ def test_nothing_when_stderr_is_not_a_terminal(program):
     p = subprocess.run([PY, program, "auto"], capture_output=True, timeout=60, cwd=ROOT,
                        env={**os.environ, "PYTHONPATH": ROOT})
     assert p.returncode == 0, p.stderr
-    assert p.stdout.split() == [b"780"]
+    assert p.stdout.split() == [b"1770"]
     assert p.stderr == b""
 
 
