@@ -16,6 +16,8 @@ if [ -n "${SHOAL_SETUP_MINIMAL:-}" ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
 bash scripts/setup-script-deps.sh
+# SCOOP and DEAP, and their example programs (tests/test_scoop_examples.py), kept outside the repo
+bash scripts/setup-test-deps.sh .venv
 bash scripts/setup-bundle-deps.sh .venv
 # CPython's own concurrent.futures tests, run against shoal by tests/test_cpython_futures.py
 # (used in place from Debian's package, never copied into this repository)

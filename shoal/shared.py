@@ -23,9 +23,8 @@ import threading
 import time
 from typing import Any
 
-import cloudpickle
-
 from shoal.task import context
+from shoal.task.codec import dumps
 
 __all__ = ["getConst", "get_const", "setConst", "set_const"]
 
@@ -53,7 +52,7 @@ def setConst(**kwargs: Any) -> None:  # noqa: N802 - SCOOP's name
         blobs: dict[str, bytes] = {}
         for name, value in kwargs.items():
             try:
-                blobs[name] = cloudpickle.dumps(value, protocol=5)
+                blobs[name] = dumps(value)
             except Exception as exc:  # noqa: BLE001 - any failure: name the constant
                 raise TypeError(f"shared constant {name!r} cannot be sent to workers "
                                 f"(not picklable): {exc}") from exc

@@ -43,7 +43,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import cloudpickle
 import greenlet
 import zmq
 
@@ -52,7 +51,7 @@ from shoal.agent import limits
 from shoal.agent.failures import failure_info
 from shoal.agent.resources import gpu_env
 from shoal.task import context
-from shoal.task.codec import EncodeError, Encoder
+from shoal.task.codec import EncodeError, Encoder, dumps
 from shoal.task.errors import exception_payload
 from shoal.task.future import ShoalFuture, deliver
 from shoal.transport import protocol as P
@@ -323,7 +322,7 @@ class WorkerContext:
             out = _dumps(value, protocol=5)
         except Exception:  # noqa: BLE001
             try:
-                out = cloudpickle.dumps(value, protocol=5)
+                out = dumps(value)
             except Exception as exc:  # noqa: BLE001
                 err = TypeError(f"the result of the task cannot be sent back: {exc}")
                 self._result(tid, P.ERR, exception_payload(err, ""), failure_info(err))

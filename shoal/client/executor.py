@@ -117,6 +117,13 @@ class Executor(HeadLink, cf.Executor):
     :param min_agents: wait (up to ``start_timeout``) until this many agents have joined
         before returning, so the first tasks spread over all of them (see
         :meth:`wait_for_agents`).
+    :param prolog: shell script each agent sources at its start, on its node; its workers
+        and commands inherit the environment it exports (SCOOP's ``--prolog``; see
+        :mod:`shoal.launch.workenv`). A failing one is a one-line ``PrologError``.
+    :param pythonpath: directories put first on the workers' import path and the agents'
+        ``PYTHONPATH`` (one, a ``"a:b"`` string, or a list), not on this process's.
+    :param workdir: the directory agents, their workers and commands run in (default:
+        this one; a command's ``cwd=`` wins).
     :param progress: a live progress line on stderr for each :meth:`map` (done, running,
         failed, queued, rate, ETA; :mod:`shoal.client.progress`): ``None`` (default) when
         stderr is a terminal and the map has not finished within a second and a half
@@ -148,6 +155,9 @@ class Executor(HeadLink, cf.Executor):
         gpus: int | None = None,
         memory: int | str | None = None,
         min_agents: int | None = None,
+        prolog: str | os.PathLike[str] | None = None,
+        pythonpath: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
+        workdir: str | os.PathLike[str] | None = None,
         progress: bool | None = None,
     ) -> None:
         if schedule not in SCHEDULES:
@@ -195,6 +205,10 @@ class Executor(HeadLink, cf.Executor):
             if gpus is not None or memory is not None:
                 raise ValueError("gpus= and memory= describe the local agent: with connect=, give "
                                  "them to each `shoal agent` (--gpus, --memory)")
+            if prolog is not None or pythonpath is not None or workdir is not None:
+                raise ValueError("prolog=, pythonpath= and workdir= set up the agents this "
+                                 "executor starts: with connect=, set up each agent's environment "
+                                 "where you start it")
         if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
             raise ValueError(f"gpus must be an int >= 0, not {gpus!r}")
         if memory is not None:
@@ -206,12 +220,14 @@ class Executor(HeadLink, cf.Executor):
         self._cluster = None
         if connect is None:  # the local default, or the whole allocation this runs in
             from shoal.launch.runtime import start_runtime
+            from shoal.launch.workenv import WorkerEnv
 
             self._cluster = start_runtime(
                 workers=workers, slots=slots, prefetch=prefetch,
                 heartbeat_timeout=heartbeat_timeout, crash_limit=crash_limit,
                 journal=journal, allocation=allocation, launcher=launcher, interface=interface,
-                gpus=gpus, memory=memory, trace=trace, probe=_JoinProbe)
+                gpus=gpus, memory=memory, trace=trace, probe=_JoinProbe,
+                worker_env=WorkerEnv.make(prolog, pythonpath, workdir))
             conn = self._cluster.connection
             self._slots = self._cluster.slots
         else:
