@@ -77,11 +77,11 @@ def test_status_shows_agents_queue_counts_and_recent_failures(head):
         assert "recent failures" in p.stdout and "boom 7" in p.stdout
         assert "exit status 3" not in p.stdout  # only the newest one
         assert "4/4 cores busy, 1/2 GPUs busy" in p.stdout
+        assert "1/2 " in p.stdout and "1.0G/4.0G" in p.stdout  # a1's GPUs and memory
         p = status(connfile, "--agents", "1", "--failures", "0")  # a big allocation's view
         assert p.returncode == 0, p.stderr
         assert ("a1" in p.stdout) != ("a2" in p.stdout)
         assert "and 1 more agent (0 of all 2 idle; --agents 0 lists all)" in p.stdout
-        assert "1/2 " in p.stdout and "1.0G/4.0G" in p.stdout  # a1's GPUs and memory
     finally:
         ex.shutdown(wait=False, cancel_futures=True)
 
