@@ -244,6 +244,7 @@ class Executor(HeadLink, cf.Executor):
         self._requests: list[tuple[list[Any], threading.Event, list[Any]]] = []
         self._req_ids = itertools.count(1)
         self._waiting_replies: dict[int, tuple[threading.Event, list[Any]]] = {}
+        self._cancelling: dict[int, threading.Event] = {}  # tid -> its cancel() in flight
         self._journal = journal is not None  # or a `shoal head --journal` says so on WELCOME
         self._heartbeat_s = HEARTBEAT_S
         self._timeout_s = TIMEOUT_S
@@ -259,6 +260,7 @@ class Executor(HeadLink, cf.Executor):
         self._io_sleeping = False
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._welcome = threading.Event()
+        self._client_num: int | None = None  # from WELCOME: shoal.shared files constants by it
         self._terminated = threading.Event()
         self._encoder: Encoder | None = None
         self._ctx = zmq.Context()
@@ -596,16 +598,44 @@ class Executor(HeadLink, cf.Executor):
         remote = tids - removed - keep
         if not remote:
             return bool(removed)
+        if len(futs) == 1:  # one cancel() per task at a time: the others take its answer
+            with self._lock:
+                ev = self._cancelling.get(futs[0].tid)
+                if ev is None:
+                    self._cancelling[futs[0].tid] = threading.Event()
+            if ev is not None:
+                ev.wait(35.0)
+                return futs[0].cancelled()
         try:
             msg = [P.CANCEL, None, sorted(remote), True] if queued_only else [P.CANCEL, None, sorted(remote)]
-            done = set(self._request(msg, 30.0)[0])
+            try:
+                done = set(self._request(msg, 30.0)[0])
+            except ExecutorError:
+                return bool(removed)
+            for t in done:
+                self._futures.pop(t, None)
+            if len(futs) > 1:  # bulk (shutdown): mark what the head dropped
+                return bool(done or removed)
+            if futs[0].tid in done:
+                futs[0]._settle(None, None, cancelled=True)  # before the others read it
+                return True
+            if queued_only:  # the answer is exact: it started (or just finished)
+                futs[0]._mark_running()
+            return False
+        finally:
+            if len(futs) == 1:
+                with self._lock:
+                    ev = self._cancelling.pop(futs[0].tid, None)
+                if ev is not None:
+                    ev.set()
+
+    def _started(self, futs: list[ShoalFuture]) -> bool:
+        """Whether the task of ``futs[0]`` has started (``Future.running()``): asks the
+        head, which asks the agent holding it. False when nobody can tell."""
+        try:
+            return futs[0].tid in set(self._request([P.STATE, None, [futs[0].tid]], 30.0)[0])
         except ExecutorError:
-            return bool(removed)
-        for t in done:
-            self._futures.pop(t, None)
-        if len(futs) > 1:  # bulk (shutdown): mark what the head dropped
-            return bool(done or removed)
-        return futs[0].tid in done
+            return False
 
     def _finish_later(self) -> None:
         outstanding = [f for f in list(self._futures.values()) if not f.done()]

@@ -32,7 +32,9 @@ Task tuples (positions, to keep envelopes small and fast):
                      (or the root of its tree) belongs to; an agent stamps it on the
                      sub-tasks its workers submit, so a tree keeps its client
     Submitters may send a shorter list (fields from ``place`` on may be left out); the
-    head pads it to the full length.
+    head pads it to the full length. On the agent -> worker hop one more field follows:
+      seq      int   the task's place in the stream of tasks sent to that worker (1, 2, ...):
+                     what a cancel of a task queued in the worker is decided by (agent.pool)
 
     RESULT (worker -> agent -> head) = [tid, status, payload, attempt, info]
       status   OK, ERR (payload: pickled exception + traceback), CANCELLED, DEPFAIL,
@@ -92,6 +94,9 @@ RETURN = 14        # agent -> head: [RETURN, tids] handed back unstarted (draini
                    #   the attempt does not count
 DRAIN = 15         # agent -> head: [DRAIN, reason] leaving: send nothing more (then RETURN,
                    #   RESULTS of what still runs, BYE)
+STATE = 16         # client -> head: [STATE, req, tids]; head -> agent: [STATE, key, tids];
+                   #   answers [STATE, req|key, started]: which of the tids have started
+                   #   (Future.running(): asked only when called, never sent per task)
 
 # ---- task kinds and result statuses ---------------------------------------------
 PY = 0
@@ -108,6 +113,7 @@ TIMEOUT = 5        # killed at its time limit
 # positions in TASK and RESULT tuples
 T_ID, T_KIND, T_FID, T_PAYLOAD, T_DEPS, T_CORES, T_HINT, T_PLACE, T_OPTS, T_ATTEMPT, T_OWNER = range(11)
 TASK_LEN = 11
+T_SEQ = 11  # agent -> worker only
 R_ID, R_STATUS, R_PAYLOAD, R_ATTEMPT, R_INFO = range(5)
 
 _packb = msgpack.Packer(use_bin_type=True).pack
