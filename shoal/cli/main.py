@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "report": "trace",     # the HTML report of a trace file
     "serve": "serve",      # HTTP service running submitted scripts in sandboxes
     "submit": "submit",    # client of `shoal serve`: send a script, fetch its results
+    "status": "status",    # a running head's agents, queue and recent failures
 }
 
 

@@ -30,6 +30,7 @@ import zmq
 
 from shoal.client import options as O
 from shoal.client.link import HEARTBEAT_S, TIMEOUT_S, HeadLink
+from shoal.client.progress import MapProgress, progress_delay, progress_setting
 from shoal.client.workerinit import wrapper as init_wrapper
 from shoal.task.codec import EncodeError, Encoder
 from shoal.task.command import Command
@@ -123,6 +124,11 @@ class Executor(HeadLink, cf.Executor):
         ``PYTHONPATH`` (one, a ``"a:b"`` string, or a list), not on this process's.
     :param workdir: the directory agents, their workers and commands run in (default:
         this one; a command's ``cwd=`` wins).
+    :param progress: a live progress line on stderr for each :meth:`map` (done, running,
+        failed, queued, rate, ETA; :mod:`shoal.client.progress`): ``None`` (default) when
+        stderr is a terminal and the map has not finished within a second and a half
+        (``SHOAL_PROGRESS=0``/``1`` in the environment: never/always), ``True`` always,
+        ``False`` never; ``map(progress=)`` overrides it.
     """
 
     def __init__(
@@ -152,6 +158,7 @@ class Executor(HeadLink, cf.Executor):
         prolog: str | os.PathLike[str] | None = None,
         pythonpath: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
         workdir: str | os.PathLike[str] | None = None,
+        progress: bool | None = None,
     ) -> None:
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, not {schedule!r}")
@@ -209,6 +216,7 @@ class Executor(HeadLink, cf.Executor):
         if min_agents is not None:
             O.count_value(min_agents, "min_agents")
         self._static = schedule == "static"
+        self._progress = progress_setting(progress)
         self._cluster = None
         if connect is None:  # the local default, or the whole allocation this runs in
             from shoal.launch.runtime import start_runtime
@@ -298,13 +306,16 @@ class Executor(HeadLink, cf.Executor):
         *iterables: Iterable[Any],
         timeout: float | None = None,
         chunksize: int | None = None,
+        progress: bool | None = None,
     ) -> Iterator[Any]:
         """Like :meth:`concurrent.futures.Executor.map`; results in order.
 
         ``chunksize=None`` groups items so each slot gets about four chunks (what
         ``multiprocessing.Pool.map`` does); ``chunksize=1`` sends one task per item.
+        ``progress``: show a live progress line on stderr (see the executor's
+        ``progress``; None: the executor's setting).
         """
-        return self._map(fn, iterables, timeout, chunksize, (), 1, None, self._opts)
+        return self._map(fn, iterables, timeout, chunksize, (), 1, None, self._opts, progress)
 
     def options(
         self,
@@ -439,6 +450,16 @@ class Executor(HeadLink, cf.Executor):
         """Counters of the head: agents, slots, queued/live/completed tasks."""
         return self._request([P.STATS], timeout)[0]
 
+    def status(self, failures: int = 20, agents: bool = True, timeout: float = 10.0) -> dict[str, Any]:
+        """The head's view now, as ``shoal status`` shows it (docs/status.md): :meth:`stats`
+        plus tasks running and dispatched, the queue (``ready``, ``waiting`` on
+        dependencies, in retry ``backoff``), ``failed`` tasks, the completion ``rate``
+        (tasks/s over ~10 s), each agent's load (``agent_list``, when ``agents``) and the
+        newest ``failures`` failed attempts (task, agent, attempt, why, time)."""
+        O.retries_value(failures, "failures")  # an int >= 0
+        return self._request([P.STATS, None, {"failures": failures, "agents": bool(agents)}],
+                             timeout)[0]
+
     @property
     def journal_keys(self) -> bool:
         """True when this run has a journal (``journal=``, or a ``shoal head --journal``
@@ -496,8 +517,10 @@ class Executor(HeadLink, cf.Executor):
     def _map(self, fn: Callable[..., Any], iterables: tuple[Iterable[Any], ...],
              timeout: float | None, chunksize: int | None,
              after: tuple[cf.Future, ...], cores: int, place: list[Any] | None,
-             opts: dict[str, Any] | None) -> Iterator[Any]:
+             opts: dict[str, Any] | None, progress: bool | None = None) -> Iterator[Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
+        # seconds before the progress line shows (None: no progress line)
+        delay = progress_delay(self._progress if progress is None else progress_setting(progress))
         items = list(zip(*iterables, strict=False))
         if chunksize is None:
             chunksize = max(1, math.ceil(len(items) / (4 * max(1, self._slots))))
@@ -542,7 +565,10 @@ class Executor(HeadLink, cf.Executor):
             self._io_sleeping = False
         if wake_io:
             os.eventfd_write(self._efd, 1)
-        return _results(futs, deadline, chunksize > 1)
+        view = None
+        if delay is not None and futs:  # off (None) unless on a terminal, or asked for
+            view = MapProgress(self, futs, chunksize, len(items), fn, delay)
+        return _results(futs, deadline, chunksize > 1, view)
 
     # ---- owner hooks used by ShoalFuture ----------------------------------------------------
     def _cancel(self, futs: list[ShoalFuture], queued_only: bool = False,
@@ -684,7 +710,7 @@ class _Options:
                                 self._opts, self._key)
 
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any], timeout: float | None = None,
-            chunksize: int | None = None) -> Iterator[Any]:
+            chunksize: int | None = None, progress: bool | None = None) -> Iterator[Any]:
         """Like :meth:`Executor.map`, with these options (not ``key``: it names one task)."""
         if self._key is not None:
             raise ValueError("options(key=...) names one task: use it with submit, not map")
@@ -692,7 +718,7 @@ class _Options:
             raise ValueError("ranks= runs a Command through MPI: use it with submit(Command(...)), "
                              "not map")
         return self._ex._map(fn, iterables, timeout, chunksize, self._after, self._cores,
-                             self._place, self._opts)
+                             self._place, self._opts, progress)
 
 
 def _dep_ids(ex: Any, after: tuple[cf.Future, ...]) -> tuple[list[int], BaseException | None]:
@@ -717,9 +743,11 @@ def _wait_all(futs: list[ShoalFuture]) -> None:
         f._wait(None)
 
 
-def _results(futs: list[ShoalFuture], deadline: float | None, chunked: bool) -> Iterator[Any]:
+def _results(futs: list[ShoalFuture], deadline: float | None, chunked: bool,
+             view: MapProgress | None = None) -> Iterator[Any]:
     """The values of ``futs`` in order. Holds no reference to a value it handed out, nor
-    to a future it took the value from (as concurrent.futures' map)."""
+    to a future it took the value from (as concurrent.futures' map). ``view``: the map's
+    progress line, closed when the caller is done with the results."""
     try:
         futs.reverse()  # take from the end: results in order, finished futures freed
         while futs:
@@ -731,6 +759,8 @@ def _results(futs: list[ShoalFuture], deadline: float | None, chunked: bool) -> 
             else:
                 yield _take(futs, deadline)
     finally:
+        if view is not None:
+            view.close()
         left_over = [f for f in futs if not f.done()]
         if left_over:  # the caller stopped early (error, timeout, close): drop the rest at once
             owner = left_over[0]._owner

@@ -21,6 +21,7 @@ from shoal._sys import alive
 from shoal.head.core import T_FID, T_KIND, Decisions, SchedulerCore
 from shoal.head.journal import Journal, JournalError
 from shoal.head.need import DISPATCHED
+from shoal.head.status import StatusBook
 from shoal.trace.store import RETURNED, Recorder
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
@@ -111,6 +112,7 @@ class Head:
                      self.journal.run, self.journal.resumable)
         # trace (shoal.trace.store): None when off, and then nothing of it runs
         self.tracer = Recorder(trace, conn.run_id) if trace else None
+        self.status = StatusBook()  # `shoal status`: recent failures, counters, rate
         self.conn = conn
         self.sessions = HeadSessions(conn.key)  # per-connection keys and sequence numbers
         self.timeout_s = heartbeat_timeout or TIMEOUT_S
@@ -193,6 +195,7 @@ class Head:
                     self._flush()
                 if now >= next_beat:
                     next_beat = now + self.heartbeat_s
+                    self.status.sample(now, self.core.completed)
                     self._beat(now)
         finally:
             self._stop_agents()
@@ -230,7 +233,10 @@ class Head:
         if kind == P.RESULTS:
             if self.tracer is not None:  # trace: before the core reuses the items
                 self.tracer.results(ident, msg[1])
+            failed = self.status.results(self.core, ident, msg[1])  # before the core reuses them
             self._apply(self.core.finished(ident, msg[1]))
+            if failed:
+                self.status.settle(self.core, failed)
         elif kind == P.SUBMIT:
             funcs = msg[2]
             if funcs:
@@ -243,6 +249,8 @@ class Head:
                             if other.role == "agent":
                                 self._out_tasks.setdefault(aid, [])
             specs, keys = msg[1], None
+            if len(msg) > 4:  # function names: failures in `shoal status` name them
+                self.status.add_names(msg[4])
             if self.journal is not None:  # journal: answer keys that finished OK before
                 specs, keys = self._journal_submit(peer, specs, msg[4] if len(msg) > 4 else None)
             d = self.core.submit(specs, ident, static=bool(msg[3]), keys=keys,
@@ -298,7 +306,9 @@ class Head:
         elif kind == P.STATE:
             self._state(ident, peer.role, msg[1], msg[2])
         elif kind == P.STATS:
-            self._send(ident, [P.STATS, msg[1], self.stats()])
+            # with a detail field: what `shoal status` shows (shoal.head.status)
+            self._send(ident, [P.STATS, msg[1], self.stats() if len(msg) < 3
+                               else self.status.snapshot(self, msg[2])])
         elif kind == P.AGENTS:
             self._send(ident, [P.AGENTS, msg[1], self.agents()])
         elif kind == P.HEARTBEAT:
@@ -444,7 +454,10 @@ class Head:
                 state = self.core.agents.get(ident)
                 self.tracer.agent_leaving(ident, reason, lost, state.running if state else (),
                                           state.holds if state else ())
+            failed = self.status.agent_lost(self.core, ident, reason) if lost else None
             self._apply(self.core.remove_agent(ident, reason, lost=lost))
+            if failed:
+                self.status.settle(self.core, failed)
             for key in [k for k, c in self._cancels.items() if ident in c[3]]:
                 self._agent_cancelled(ident, key, [])
             for key in [k for k, c in self._asks.items() if ident in c[3]]:

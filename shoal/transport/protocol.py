@@ -85,7 +85,9 @@ CANCEL = 7         # client -> head: [CANCEL, req, tids, queued_only]; head -> a
 BYE = 8            # orderly leave: [BYE, reason]
 SHUTDOWN = 9       # head -> agents, agent -> workers: stop now
 HEARTBEAT = 10     # liveness both ways: [HEARTBEAT]
-STATS = 11         # client -> head: [STATS] / head -> client: [STATS, info]
+STATS = 11         # client -> head: [STATS, req] / head -> client: [STATS, req, info];
+                   #   [STATS, req, detail]: info adds what `shoal status` shows
+                   #   (detail: {"agents": bool, "failures": n}; shoal.head.status)
 AGENTS = 12        # client -> head: [AGENTS, req] / head -> client: [AGENTS, req, [info...]]
 EVICTED = 13       # head -> agent: [EVICTED, reason] you were declared lost: drop all, HELLO again
 RETURN = 14        # agent -> head: [RETURN, tids] handed back unstarted (draining): requeue,
