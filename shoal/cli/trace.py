@@ -8,11 +8,11 @@ from typing import Any
 
 
 def add_parser(sub: Any) -> None:
-    from shoal.trace.report import add_arguments, run
+    from shoal.trace.report import add_arguments
 
     p = sub.add_parser("trace", help="report on a trace file (makespan, utilization, setup time)")
     add_arguments(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=trace)
     p = sub.add_parser("report", help="an HTML page about a trace file (timeline, utilization, "
                                       "queues, setup and run times, failures)",
                        description="Write one self-contained HTML page (opens offline) about "
@@ -23,6 +23,17 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--run", type=int, default=-1, metavar="N",
                    help="which head run of the file (1-based; default: the last)")
     p.set_defaults(func=report)
+
+
+def trace(args: argparse.Namespace) -> int:
+    """`shoal trace FILE [--json | --csv | --html HTML]`."""
+    if args.html:
+        from shoal.trace.html import cli
+
+        return cli(args.file, args.html, args.run, "trace")
+    from shoal.trace.report import run
+
+    return run(args)
 
 
 def report(args: argparse.Namespace) -> int:

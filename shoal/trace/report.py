@@ -271,10 +271,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "html", None):
-        from shoal.trace.html import cli
-
-        return cli(args.file, args.html, args.run, "trace")
+    """`shoal trace FILE [--json | --csv]` (``--html`` is the CLI's: shoal.cli.trace)."""
     try:
         if getattr(args, "csv", False):
             try:
