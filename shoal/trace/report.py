@@ -255,7 +255,10 @@ def main(argv: list[str] | None = None) -> int:
     """``shoal trace FILE [--json] [--run N]``: the report of a trace file."""
     ap = argparse.ArgumentParser(prog="shoal trace", description=__doc__.split("\n\n")[0])
     add_arguments(ap)
-    return run(ap.parse_args(argv))
+    args = ap.parse_args(argv)
+    if args.html:
+        ap.error("--html is `shoal trace`'s (or `shoal report`'s), not this module's")
+    return run(args)
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
