@@ -32,6 +32,7 @@ from typing import Any
 from shoal.agent import limits
 from shoal.agent.failures import failure_info
 from shoal.agent.resources import bound_spawn
+from shoal.agent.spawnline import direct_argv, shell_pwd
 from shoal.client.command import CAPTURE, DEVNULL, INHERIT, CommandError, CommandResult
 from shoal.client.future import exception_payload
 from shoal.transport import protocol as P
@@ -139,6 +140,14 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], 
             os.close(fd)
         raise LaunchError(f"cannot open {exc.filename!r} for the command: {exc.strerror}") from None
     popen = None
+    direct = direct_argv(spec["argv"]) if argv is spec["argv"] and not spec.get("cwd") else None
+    if direct is not None:  # one simple command: no shell in between (see spawnline)
+        pid = _spawn_direct(direct, env, actions, cpus)
+        if pid is not None:
+            for fd in opened:
+                os.close(fd)
+            return Running(tid, pid, os.pidfd_open(pid), spec, cores, time.monotonic(),
+                           captures)
     try:
         if spec.get("cwd"):
             # posix_spawn cannot chdir; subprocess still uses vfork here
@@ -179,6 +188,36 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], 
             os.close(fd)
     pidfd = os.pidfd_open(pid)
     return Running(tid, pid, pidfd, spec, cores, time.monotonic(), captures, popen=popen)
+
+
+_direct_env: tuple[dict[str, str], dict[str, str]] | None = None
+
+
+def _spawn_direct(argv: list[str], env: dict[str, str], actions: list[tuple[Any, ...]],
+                  cpus: list[int] | None) -> int | None:
+    """Start ``argv`` as the shell would have started it; None when the shell must (the
+    program is not found, cannot be executed, or is a script without ``#!``)."""
+    global _direct_env
+    cached = _direct_env
+    if cached is not None and cached[0] is env:
+        env = cached[1]
+    else:
+        pwd = shell_pwd(env)
+        fixed = env if pwd is None else {**env, "PWD": pwd}
+        _direct_env = (env, fixed)
+        env = fixed
+    try:
+        prog = argv[0] if "/" in argv[0] else _resolve(argv[0], env.get("PATH", os.defpath))
+        if cpus:
+            return bound_spawn(cpus, os.posix_spawn, prog, argv, env, file_actions=actions,
+                               setsid=True)
+        return os.posix_spawn(prog, argv, env, file_actions=actions, setsid=True)
+    except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ENOEXEC, errno.E2BIG, errno.ELOOP, errno.ENAMETOOLONG):
+            return None
+        raise
 
 
 def _too_long(argv: list[str], env: dict[str, str]) -> str:
