@@ -20,22 +20,22 @@ _WHERE = {
     "ALL_COMPLETED": "concurrent.futures",
     "FIRST_COMPLETED": "concurrent.futures",
     "FIRST_EXCEPTION": "concurrent.futures",
-    "Command": "shoal.client.command",
-    "CommandError": "shoal.client.command",
-    "CommandResult": "shoal.client.command",
-    "DependencyError": "shoal.client.future",
+    "Command": "shoal.task.command",
+    "CommandError": "shoal.task.command",
+    "CommandResult": "shoal.task.command",
+    "DependencyError": "shoal.task.errors",
     "Executor": "shoal.client.executor",
-    "ExecutorError": "shoal.client.future",
+    "ExecutorError": "shoal.task.errors",
     "AgentInfo": "shoal.client.executor",
-    "HeadLost": "shoal.client.future",
-    "RemoteError": "shoal.client.future",
-    "RemoteTraceback": "shoal.client.future",
-    "ShoalFuture": "shoal.client.future",
-    "TaskError": "shoal.client.future",
-    "TaskLost": "shoal.client.future",
-    "TaskTimeout": "shoal.client.future",
-    "as_completed": "shoal.client.waiting",
-    "wait": "shoal.client.waiting",
+    "HeadLost": "shoal.task.errors",
+    "RemoteError": "shoal.task.errors",
+    "RemoteTraceback": "shoal.task.errors",
+    "ShoalFuture": "shoal.task.future",
+    "TaskError": "shoal.task.errors",
+    "TaskLost": "shoal.task.errors",
+    "TaskTimeout": "shoal.task.errors",
+    "as_completed": "shoal.task.waiting",
+    "wait": "shoal.task.waiting",
 }
 
 __all__ = sorted(_WHERE)
@@ -57,17 +57,17 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # for type checkers and IDEs
     from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION  # noqa: F401
 
-    from shoal.client.command import Command, CommandError, CommandResult  # noqa: F401
     from shoal.client.executor import AgentInfo, Executor  # noqa: F401
-    from shoal.client.future import (  # noqa: F401
+    from shoal.task.command import Command, CommandError, CommandResult  # noqa: F401
+    from shoal.task.errors import (  # noqa: F401
         DependencyError,
         ExecutorError,
         HeadLost,
         RemoteError,
         RemoteTraceback,
-        ShoalFuture,
         TaskError,
         TaskLost,
         TaskTimeout,
     )
-    from shoal.client.waiting import as_completed, wait  # noqa: F401
+    from shoal.task.future import ShoalFuture  # noqa: F401
+    from shoal.task.waiting import as_completed, wait  # noqa: F401

@@ -18,7 +18,8 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from shoal.client.waiting import (
+from shoal.task import context
+from shoal.task.waiting import (
     ALL_COMPLETED,
     FIRST_COMPLETED,
     FIRST_EXCEPTION,
@@ -43,9 +44,7 @@ def set_executor(ex: Any) -> None:
 
 
 def _executor() -> Any:
-    from shoal.agent.worker import current
-
-    wc = current()
+    wc = context.current()
     if wc is not None:
         return wc
     global _default

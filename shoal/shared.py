@@ -25,6 +25,8 @@ from typing import Any
 
 import cloudpickle
 
+from shoal.task import context
+
 __all__ = ["getConst", "get_const", "setConst", "set_const"]
 
 _consts: dict[str, Any] = {}   # what this process knows: set here or received
@@ -40,7 +42,7 @@ def setConst(**kwargs: Any) -> None:  # noqa: N802 - SCOOP's name
 
     if not kwargs:
         return
-    wc = _worker()
+    wc = context.current()
     if wc is not None:
         _absorb(wc)  # constants that reached this worker count as set
     with _lock:
@@ -83,7 +85,7 @@ def getConst(name: str, timeout: float | None = 0.1) -> Any:  # noqa: N802 - SCO
     if timeout is not None and timeout < 0:
         raise ValueError(f"getConst: timeout must be >= 0, not {timeout}")
     deadline = None if timeout is None else time.monotonic() + timeout
-    wc = _worker()
+    wc = context.current()
     while True:
         if wc is not None:
             _absorb(wc)
@@ -106,12 +108,6 @@ def _absorb(wc: Any) -> None:
         values = {n: pickle.loads(b) for n, b in pickle.loads(blobs.pop(k)).items()}
         with _lock:
             _consts.update(values)
-
-
-def _worker() -> Any:
-    from shoal.agent.worker import current
-
-    return current()
 
 
 set_const = setConst

@@ -77,7 +77,7 @@ def read_secret() -> tuple[str | None, int]:
 
 
 def submit_children(n: int) -> int:
-    from shoal.agent.worker import current
+    from shoal.task.context import current
 
     ctx = current()
     for i in range(n):
@@ -86,7 +86,7 @@ def submit_children(n: int) -> int:
 
 
 def wait_on_children(n: int) -> list[int]:
-    from shoal.agent.worker import current
+    from shoal.task.context import current
 
     futs = [current().submit(add, i, i) for i in range(n)]  # the last ones go out
     return [f.result() for f in futs]
@@ -369,7 +369,7 @@ def test_results_carry_attempt_and_info(head: FakeHead) -> None:
     assert r[P.R_STATUS] == P.OK and r[P.R_ATTEMPT] == 3
     r = got[tids[3]]
     assert r[P.R_STATUS] == P.ERR and r[P.R_ATTEMPT] == 4
-    assert r[P.R_INFO]["types"][0] == "shoal.client.command.CommandError"
+    assert r[P.R_INFO]["types"][0] == "shoal.task.command.CommandError"
     assert "subprocess.CalledProcessError" in r[P.R_INFO]["types"][1]
     assert "exit status 4" in r[P.R_INFO]["why"]
     r = got[tids[4]]

@@ -21,7 +21,7 @@ import pytest
 
 from shoal import Command, Executor
 from shoal.agent import resources
-from shoal.client.encode import Encoder
+from shoal.task.codec import Encoder
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
 

@@ -25,8 +25,9 @@ import zmq
 import shoal
 from shoal import Command, Executor, ExecutorError, HeadLost, TaskLost, TaskTimeout
 from shoal.client import options as O
-from shoal.client.encode import Encoder
-from shoal.client.future import ShoalFuture, decode_error, deliver, exception_payload
+from shoal.task.codec import Encoder
+from shoal.task.errors import decode_error, exception_payload
+from shoal.task.future import ShoalFuture, deliver
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
 from shoal.transport.keys import KeyCounter, line_key
@@ -256,7 +257,7 @@ def test_task_opts_holds_only_what_differs_from_the_defaults():
     assert O.task_opts(2, (ValueError, OSError), 1) == {
         "retries": 2, "retry_on": ["builtins.ValueError", "builtins.OSError"], "timeout": 1.0}
     assert O.task_opts(None, KeyError, None, "k") == {"retry_on": ["builtins.KeyError"], "key": "k"}
-    assert O.class_names(shoal.TaskLost) == ["shoal.client.future.TaskLost"]
+    assert O.class_names(shoal.TaskLost) == ["shoal.task.errors.TaskLost"]
 
 
 def test_options_land_in_the_task_on_the_wire(wire):

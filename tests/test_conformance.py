@@ -31,7 +31,7 @@ from concurrent.futures.process import BrokenProcessPool
 import pytest
 
 import shoal
-from shoal.client.future import InitializerError, RemoteError, TaskLost
+from shoal.task.errors import InitializerError, RemoteError, TaskLost
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KINDS = ["shoal", "process"]
@@ -445,7 +445,7 @@ def test_exceptions_subclass_the_stdlib_ones():
     assert issubclass(shoal.TaskLost, BrokenProcessPool)
     assert issubclass(shoal.HeadLost, BrokenProcessPool)
     assert issubclass(shoal.HeadLost, shoal.ExecutorError)
-    from shoal.client.encode import EncodeError
+    from shoal.task.codec import EncodeError
 
     assert issubclass(EncodeError, pickle.PicklingError) and issubclass(EncodeError, TypeError)
 

@@ -23,8 +23,8 @@ import pytest
 import zmq
 
 from shoal import Command, Executor
-from shoal.client.encode import Encoder
 from shoal.client.executor import ExecutorError
+from shoal.task.codec import Encoder
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection, ConnectionFileError
 from shoal.transport.session import PeerSession, secure_client

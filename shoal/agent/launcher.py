@@ -33,8 +33,8 @@ from shoal.agent import limits
 from shoal.agent.failures import failure_info
 from shoal.agent.resources import bound_spawn
 from shoal.agent.spawnline import direct_argv, shell_pwd
-from shoal.client.command import CAPTURE, DEVNULL, INHERIT, CommandError, CommandResult
-from shoal.client.future import exception_payload
+from shoal.task.command import CAPTURE, DEVNULL, INHERIT, CommandError, CommandResult
+from shoal.task.errors import exception_payload
 from shoal.transport import protocol as P
 
 _DEVNULL_PATH = os.devnull

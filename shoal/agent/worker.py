@@ -51,25 +51,21 @@ from shoal._sys import set_parent_death_signal
 from shoal.agent import limits
 from shoal.agent.failures import failure_info
 from shoal.agent.resources import gpu_env
-from shoal.client.encode import EncodeError, Encoder
-from shoal.client.future import ShoalFuture, deliver, exception_payload
+from shoal.task import context
+from shoal.task.codec import EncodeError, Encoder
+from shoal.task.errors import exception_payload
+from shoal.task.future import ShoalFuture, deliver
 from shoal.transport import protocol as P
 
 _dumps = pickle.dumps
 _pack_into = struct.pack_into
 _monotonic = time.monotonic
-_current: WorkerContext | None = None
 
 FLUSH_AFTER_S = 0.002     # a result waits at most this long for company before it is sent
 FLUSH_COUNT = 256
 TRUST_RUNS = 8  # runs of a function before its mean run time may delay a result
 LOCAL_KEEP = 2            # sub-tasks per burst a task keeps to run in this process
 LOCAL_AGE_S = 0.001       # a kept sub-task waiting longer than this goes out to the agent
-
-
-def current() -> WorkerContext | None:
-    """The worker context when called from inside a task, else None."""
-    return _current
 
 
 class WorkerContext:
@@ -370,7 +366,7 @@ class WorkerContext:
 
     # ---- sub-tasks ----------------------------------------------------------------
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> ShoalFuture:
-        from shoal.client.command import Command
+        from shoal.task.command import Command
 
         enc = self.encoder
         try:
@@ -487,7 +483,6 @@ def worker_main(endpoint: str, key: bytes, ident: bytes,
                 sys_path: list[str] | None = None, running_slot: Any = None,
                 slot_offset: int = 0) -> None:
     """Entry point of a worker process (forked by its agent)."""
-    global _current
     # The agent's handlers came with the fork: a worker dies of SIGTERM (its parent-death
     # signal) at once, and Ctrl-C belongs to the agent, which stops its workers in order.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -512,7 +507,7 @@ def worker_main(endpoint: str, key: bytes, ident: bytes,
     codec = P.Codec(key)
     wc = WorkerContext(sock, codec)
     wc.running_slot, wc.slot_offset = running_slot, slot_offset
-    _current = wc
+    context.enter_worker(wc)
     _patch_stdlib_waits()
     try:
         wc._send([P.HELLO, "worker", {"pid": os.getpid()}])
@@ -529,7 +524,7 @@ def worker_main(endpoint: str, key: bytes, ident: bytes,
 
 def _patch_stdlib_waits() -> None:
     """Make ``concurrent.futures.wait/as_completed`` in tasks yield the worker too."""
-    from shoal.client import waiting
+    from shoal.task import waiting
 
     cf.wait = waiting.wait
     cf.as_completed = waiting.as_completed

@@ -12,8 +12,9 @@ from .agents import cleanup_via_agents, deliver_via_agents
 from .archive import BundleError, StreamUnpacker, expected_digest
 from .env import python_executable, rerouted_environ, shell_exports
 from .install import UnpackReport, cleanup, staged_install, unpack_bundles
+from .report import DeliveryReport
 from .tiers import BuildResult, build
-from .transport import DeliveryReport, deliver, register_agent_transport
+from .transport import deliver, register_agent_transport
 
 __all__ = [
     "BuildResult",

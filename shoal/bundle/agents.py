@@ -52,6 +52,7 @@ from .install import (
     new_stage,
     remove_empty,
 )
+from .report import DeliveryReport
 
 WINDOW = 4  # chunks in flight per receiver
 
@@ -236,8 +237,6 @@ def deliver_via_agents(
     Returns a ``DeliveryReport`` whose ``status`` is 0 when every node installed, 1 when
     any failed (``errors`` names each node and what went wrong; no node switched then).
     """
-    from .transport import DeliveryReport
-
     t0 = time.perf_counter()
     paths = [Path(os.path.abspath(p)) for p in bundle_paths]
     items = []
@@ -346,8 +345,6 @@ def _abort(ex: Any, recv: list[_Receiver], token: str) -> None:
 
 def cleanup_via_agents(ex: Any, dest: Path | str, agents: Sequence[str] | None = None) -> Any:
     """Remove DEST (generations, staging, made parents) on every agent's node."""
-    from .transport import DeliveryReport
-
     t0 = time.perf_counter()
     recv, _ = receivers(ex, str(dest), agents)
     futs = [(r, ex.options(agent=r.agent).submit(node_cleanup, r.dest)) for r in recv]

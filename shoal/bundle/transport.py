@@ -16,12 +16,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .archive import BundleError, expected_digest
 from .install import cleanup, unpack_bundles
+from .report import DeliveryReport
 
 TRANSPORTS = ("auto", "local", "mpi", "sbcast", "agents")
 
@@ -46,23 +46,6 @@ def _is_executor(obj: Any) -> bool:
 
 def _connect_file(connect: str | None) -> str | None:
     return connect or os.environ.get("SHOAL_CONNECT") or None
-
-
-@dataclass
-class DeliveryReport:
-    """Which transport ran, how long it took, and its exit status (0 = every node ok).
-
-    The agents transport also fills ``errors`` (one line per failed node, naming it),
-    ``nodes`` (per receiver: agent, host, dest, ok, error, unpack_s), ``nbytes`` and
-    ``send_s`` (time until the last chunk was handed to the runtime)."""
-
-    transport: str
-    seconds: float
-    status: int = 0
-    errors: list[str] = field(default_factory=list)
-    nodes: list[dict] = field(default_factory=list)
-    nbytes: int = 0
-    send_s: float = 0.0
 
 
 def _in_mpi_job() -> bool:

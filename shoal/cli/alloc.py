@@ -355,7 +355,7 @@ class Allocator:
 
     def run(self, connect: str) -> int:
         from shoal.client.executor import Executor
-        from shoal.client.future import ExecutorError
+        from shoal.task.errors import ExecutorError
 
         try:
             ex = Executor(connect=connect)

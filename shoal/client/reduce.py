@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from shoal.client.waiting import FIRST_COMPLETED, wait
+from shoal.task.waiting import FIRST_COMPLETED, wait
 
 LEAVES = 64           # leaves at least (4 per slot on a bigger runtime)
 INLINE_OP_S = 0.001   # an operator call faster than this is made in the caller, not sent

@@ -5,7 +5,7 @@ the first task of that executor there, as ``ProcessPoolExecutor`` does. A warm w
 outlives executors and serves several, so the functions an executor sends are wrapped
 (:class:`Initialized`): the first call in a process runs the initializer, later calls
 only check a dict. A failed initializer fails every task of that executor in that process
-with :class:`~shoal.client.future.InitializerError` (the client then breaks the executor).
+with :class:`~shoal.task.future.InitializerError` (the client then breaks the executor).
 
 Manager proxies (``multiprocessing.Manager().list()``...) passed to tasks connect back to
 their manager with the process's ``multiprocessing`` authkey, which a worker does not
@@ -96,7 +96,7 @@ class Initialized:
                 _state[token] = None
         err = _state[token]
         if err is not None:
-            from shoal.client.future import InitializerError
+            from shoal.task.errors import InitializerError
 
             raise InitializerError("A worker initializer failed, the executor is not usable "
                                    f"anymore: {type(err).__name__}: {err}") from err

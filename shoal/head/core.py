@@ -74,9 +74,9 @@ CRASH_LIMIT = 3
 BACKOFF_BASE_S = 0.05      # first retry after an exception waits this long, doubling
 BACKOFF_MAX_S = 5.0
 # what a time-out is, for retry_on (the agent sends no exception for it)
-_TIMEOUT_TYPES = ("shoal.client.future.TaskTimeout", "builtins.TimeoutError",
+_TIMEOUT_TYPES = ("shoal.task.errors.TaskTimeout", "builtins.TimeoutError",
                   "builtins.OSError", "builtins.Exception")
-_EXIT_TYPES = ("shoal.client.command.CommandError", "builtins.Exception")
+_EXIT_TYPES = ("shoal.task.command.CommandError", "builtins.Exception")
 _STATUS_WORD = {ERR: "raised", LOST: "lost", TIMEOUT: "timed out", OK: "exited non-zero"}
 
 

@@ -33,13 +33,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
-from shoal.client.future import ExecutorError
 from shoal.launch.allocation import Allocation, Node
 from shoal.launch.launchers import Launch, Launcher, default_launcher, get_launcher
 from shoal.launch.local import head_policy_args
+from shoal.task.errors import ExecutorError
 from shoal.transport.connfile import Connection, host_address
 
 __all__ = ["AllocationCluster", "ClusterError", "ERROR_MARK", "add_cluster_options",
@@ -93,6 +93,18 @@ def _run_dir() -> str:
     return path
 
 
+class JoinProbe(Protocol):
+    """A client of the head that lists the agents joined so far (see ``AllocationCluster``)."""
+
+    def agents(self) -> Sequence[Any]:
+        """The agents connected now: each has ``name`` (its node) and ``slots``."""
+        ...
+
+    def close(self) -> None:
+        """Disconnect, without stopping the head."""
+        ...
+
+
 def _short(name: str) -> str:
     return name.split(".")[0]
 
@@ -109,6 +121,8 @@ class AllocationCluster:
     :param workers: warm Python workers per agent (default: one per slot; 0 for commands only).
     :param slots: at most this many cores per agent (default: each node's CPUs).
     :param join_timeout: seconds every agent may take to join.
+    :param probe: ``probe(connection_file, timeout)`` opens a client of the head that lists
+        the agents joined so far (the Executor passes one of its own kind).
     """
 
     def __init__(self, allocation: Allocation, launcher: Launcher | str | None = None, *,
@@ -117,7 +131,7 @@ class AllocationCluster:
                  heartbeat_timeout: float | None = None, crash_limit: int | None = None,
                  journal: str | None = None, trace: str | None = None,
                  join_timeout: float = JOIN_TIMEOUT,
-                 quiet: bool = False) -> None:
+                 quiet: bool = False, probe: Callable[[str, float], JoinProbe]) -> None:
         if not allocation.nodes:
             raise ClusterError(f"{allocation.kind} allocation from {allocation.source}: no nodes")
         if isinstance(launcher, str):
@@ -132,6 +146,7 @@ class AllocationCluster:
             nodes = allocation.nodes
         self.nodes = nodes
         self._quiet = quiet
+        self._probe = probe
         if interface:
             addr, how = interface_address(interface), f"interface {interface}"
         else:
@@ -222,12 +237,10 @@ class AllocationCluster:
                 sys.stderr.flush()
 
     def _wait_joined(self, timeout: float) -> None:
-        from shoal.client.executor import Executor, ExecutorError
-
         want = {n.name for n in self.nodes}
         deadline = time.monotonic() + timeout
         try:
-            probe = Executor(connect=self.connfile, start_timeout=max(5.0, timeout))
+            probe = self._probe(self.connfile, max(5.0, timeout))
         except ExecutorError as exc:
             raise ClusterError(f"the head at {self.connection.address} did not start: {exc}") from None
         try:
@@ -263,8 +276,7 @@ class AllocationCluster:
                 if n in self.agents:  # it did join after all (e.g. a warning line)
                     del self.failed[n]
         finally:
-            probe.shutdown(wait=False)
-            probe._terminate()
+            probe.close()
         self.slots = sum(self.agents.values())
         with self._lock:
             self._started = True
@@ -302,7 +314,7 @@ class AllocationCluster:
     def dead(self) -> BaseException | None:
         """HeadLost if the head exited; ExecutorError once every launcher ended (no agent
         can be left); else None."""
-        from shoal.client.future import ExecutorError, HeadLost
+        from shoal.task.errors import ExecutorError, HeadLost
 
         rc = self.head.poll()
         if rc is not None:

@@ -16,14 +16,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
 
 from shoal.transport.connfile import Connection
-
-if TYPE_CHECKING:
-    from shoal.launch.allocation import Allocation
-    from shoal.launch.launchers import Launcher
 
 EXIT_HEAD_LOST = 3  # the agent's exit status when it lost its head (shoal.agent.headlink)
 AGENT_GRACE_S = 0.2  # how long stop() lets the agent exit on its own once the head is gone
@@ -97,7 +91,7 @@ class LocalCluster:
 
     def dead(self) -> BaseException | None:
         """The error a client should fail with if the head or the agent exited, else None."""
-        from shoal.client.future import ExecutorError, HeadLost
+        from shoal.task.errors import ExecutorError, HeadLost
 
         rc = self.head.poll()
         if rc is not None:
@@ -173,46 +167,6 @@ class LocalCluster:
             os.close(fd)
         self._pidfds = {}
         shutil.rmtree(self.rundir, ignore_errors=True)
-
-
-def start_runtime(*, workers: int | None = None, slots: int | None = None, prefetch: int = 1,
-                  heartbeat_timeout: float | None = None, crash_limit: int | None = None,
-                  journal: str | None = None, allocation: Allocation | bool | None = None,
-                  launcher: Launcher | str | None = None, interface: str | None = None,
-                  env: Mapping[str, str] | None = None, gpus: int | None = None,
-                  memory: int | None = None, trace: str | None = None) -> Any:
-    """The runtime an ``Executor()`` without ``connect=`` starts: a
-    ``shoal.launch.cluster.AllocationCluster`` over ``allocation`` (None: the one
-    discovered, when this process owns it: not inside a Slurm job step, nor a task of
-    an agent started by a launcher, ``SHOAL_NODE``), else the embedded
-    :class:`LocalCluster`. ``allocation=False`` forces the local default. (Here, not in shoal.launch.cluster, so that the local
-    default imports nothing of the cluster path.) ``gpus`` and ``memory`` are the local
-    default's agent's; in an allocation each node's agent finds the job's itself."""
-    env = os.environ if env is None else env
-    owner = not env.get("SLURM_STEP_ID") and not env.get("SHOAL_NODE")  # not a task's
-    if allocation is None and (launcher is not None or interface is not None or owner):
-        from shoal.launch.allocation import discover
-
-        allocation = discover(env)
-    if allocation is not None and allocation is not False and allocation is not True:
-        from shoal.launch.cluster import AllocationCluster
-
-        if gpus is not None or memory is not None:
-            raise ValueError(f"gpus= and memory= describe the local default's agent: in this "
-                             f"{allocation.kind} allocation each node's agent finds the job's GPUs "
-                             "and memory itself (or give allocation=False)")
-        return AllocationCluster(allocation, launcher, interface=interface, workers=workers,
-                                 slots=slots, prefetch=prefetch,
-                                 heartbeat_timeout=heartbeat_timeout, crash_limit=crash_limit,
-                                 journal=journal, trace=trace)
-    if launcher is not None or interface is not None:
-        from shoal.launch.cluster import ClusterError
-
-        raise ClusterError("launcher= and interface= need an allocation: none was discovered "
-                           "(run inside a batch job, or give --hosts/--hostfile)")
-    return LocalCluster(workers=workers, slots=slots, prefetch=prefetch,
-                        heartbeat_timeout=heartbeat_timeout, crash_limit=crash_limit,
-                        journal=journal, gpus=gpus, memory=memory, trace=trace)
 
 
 def head_policy_args(heartbeat_timeout: float | None, crash_limit: int | None,

@@ -13,7 +13,7 @@ from typing import Any
 
 import cloudpickle
 
-from shoal.client.command import CAPTURE, Command
+from shoal.task.command import CAPTURE, Command
 from shoal.transport import protocol as P
 from shoal.transport.keys import qualified_name
 

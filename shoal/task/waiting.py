@@ -10,6 +10,8 @@ import concurrent.futures as cf
 import time
 from collections.abc import Iterable, Iterator
 
+from shoal.task import context
+
 _std_wait = cf.wait
 _std_as_completed = cf.as_completed
 
@@ -18,17 +20,13 @@ FIRST_COMPLETED = cf.FIRST_COMPLETED
 FIRST_EXCEPTION = cf.FIRST_EXCEPTION
 
 
-def _worker():  # late import: workers import this module, not the other way round
-    from shoal.agent import worker
-
-    return worker.current()
 
 
 def wait(fs: Iterable[cf.Future], timeout: float | None = None,
          return_when: str = ALL_COMPLETED) -> cf._base.DoneAndNotDoneFutures:
     """Like :func:`concurrent.futures.wait`; inside a task it yields the worker."""
     fs = set(fs)
-    wc = _worker()
+    wc = context.current()
     if wc is None:
         return _std_wait(fs, timeout, return_when)
     wc._block(list(fs), timeout, return_when)
@@ -38,7 +36,7 @@ def wait(fs: Iterable[cf.Future], timeout: float | None = None,
 
 def as_completed(fs: Iterable[cf.Future], timeout: float | None = None) -> Iterator[cf.Future]:
     """Like :func:`concurrent.futures.as_completed`; inside a task it yields the worker."""
-    wc = _worker()
+    wc = context.current()
     if wc is None:
         yield from _std_as_completed(fs, timeout)
         return
