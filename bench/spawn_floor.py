@@ -9,6 +9,10 @@ Variants, alternated round by round (the machine is shared: medians are printed)
 - ``c``: a C loop of posix_spawn + wait (glibc's posix_spawn is clone(CLONE_VM|CLONE_VFORK)
   + execve), compiled here with cc when there is one: the kernel's and the loader's floor.
 - ``py``: the same loop in Python (``os.posix_spawn`` + ``os.wait``).
+- ``pidfd``: the Python loop reaping as the agent does (a pidfd per command in an epoll
+  set, then waitpid).
+- ``sigchld``: the Python loop reaping on SIGCHLD (its wake-up fd in an epoll set, then
+  ``waitid(P_ALL)`` until none is left): no descriptor per command.
 - ``agent``: shoal's agent launch path without head and client: ``launcher.spawn`` of a
   ``/bin/sh -c`` spec as ``shoal run`` sends it (a task-file line), stdout/stderr
   discarded, reaped as the agent reaps, each result pickled as the agent does.
@@ -103,6 +107,67 @@ def run_py(n: int, par: int) -> tuple[float, float, float]:
     return time.perf_counter() - t0, _cpu_self() - s0, _cpu_children() - k0
 
 
+def run_pidfd(n: int, par: int) -> tuple[float, float, float]:
+    """Reaping as the agent does: a pidfd per command in an epoll set, then waitpid."""
+    env = dict(os.environ)
+    ep = select.epoll()
+    pids: dict[int, int] = {}
+    k0, s0, t0 = _cpu_children(), _cpu_self(), time.perf_counter()
+    started = 0
+    while started < n or pids:
+        while len(pids) < par and started < n:
+            pid = os.posix_spawn("/bin/true", ["/bin/true"], env, setsid=True)
+            fd = os.pidfd_open(pid)
+            pids[fd] = pid
+            ep.register(fd, select.EPOLLIN)
+            started += 1
+        for fd, _ in ep.poll(1.0):
+            os.waitpid(pids.pop(fd), 0)
+            ep.unregister(fd)
+            os.close(fd)
+    ep.close()
+    return time.perf_counter() - t0, _cpu_self() - s0, _cpu_children() - k0
+
+
+def run_sigchld(n: int, par: int) -> tuple[float, float, float]:
+    """Reaping on SIGCHLD: the signal's wake-up fd in an epoll set, then waitid(P_ALL) until
+    no child is left to reap (no descriptor per command)."""
+    import signal
+
+    env = dict(os.environ)
+    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    old = signal.signal(signal.SIGCHLD, lambda *_: None)
+    ep = select.epoll()
+    ep.register(r, select.EPOLLIN)
+    running = 0
+    k0, s0, t0 = _cpu_children(), _cpu_self(), time.perf_counter()
+    started = 0
+    try:
+        while started < n or running:
+            while running < par and started < n:
+                os.posix_spawn("/bin/true", ["/bin/true"], env, setsid=True)
+                running += 1
+                started += 1
+            if ep.poll(1.0):
+                try:
+                    os.read(r, 512)
+                except BlockingIOError:
+                    pass
+                while running:
+                    info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG)
+                    if info is None:
+                        break
+                    running -= 1
+    finally:
+        signal.signal(signal.SIGCHLD, old)
+        signal.set_wakeup_fd(old_fd)
+        ep.close()
+        os.close(r)
+        os.close(w)
+    return time.perf_counter() - t0, _cpu_self() - s0, _cpu_children() - k0
+
+
 def run_agent(n: int, par: int, capture: bool) -> tuple[float, float, float]:
     """The agent's own path: spawn, an epoll set of exits, reap, outcome (pickled)."""
     from shoal.agent import launcher
@@ -138,7 +203,7 @@ def main() -> int:
     ap.add_argument("-P", type=int, default=2, help="commands kept running at once")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--fds", default="0", help="extra open descriptors, comma-separated")
-    ap.add_argument("--variants", default="c,py,agent,agent-capture")
+    ap.add_argument("--variants", default="c,py,pidfd,sigchld,agent,agent-capture")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="spawn-floor-")
     variants = [v for v in args.variants.split(",") if v]
@@ -156,6 +221,10 @@ def main() -> int:
                         r = run_c(exe, args.n, args.P)
                     elif v == "py":
                         r = run_py(args.n, args.P)
+                    elif v == "pidfd":
+                        r = run_pidfd(args.n, args.P)
+                    elif v == "sigchld":
+                        r = run_sigchld(args.n, args.P)
                     else:
                         r = run_agent(args.n, args.P, v == "agent-capture")
                     results.setdefault((v, nfd), []).append(r)

@@ -40,7 +40,7 @@ from shoal.transport import protocol as P
 _DEVNULL_PATH = os.devnull
 
 
-@dataclass
+@dataclass(slots=True)
 class Running:
     tid: int
     pid: int
@@ -73,6 +73,7 @@ def _target(spec_value: str | None, tid: int, is_stdin: bool = False) -> str | N
 
 
 _devnull_in = -1
+_devnull_out = -1
 
 
 def _stdin_devnull() -> int:
@@ -81,6 +82,15 @@ def _stdin_devnull() -> int:
     if _devnull_in < 0:
         _devnull_in = os.open(_DEVNULL_PATH, os.O_RDONLY | os.O_CLOEXEC)
     return _devnull_in
+
+
+def _out_devnull() -> int:
+    # one write-only /dev/null for every discarded stream (two opens and closes a command
+    # less: `shoal run --discard-output` discards both)
+    global _devnull_out
+    if _devnull_out < 0:
+        _devnull_out = os.open(_DEVNULL_PATH, os.O_WRONLY | os.O_CLOEXEC)
+    return _devnull_out
 
 
 def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], *,
@@ -130,8 +140,10 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], 
                 fd = os.memfd_create(f"shoal-{name}", os.MFD_CLOEXEC)
                 captures[name] = fd
                 actions.append((os.POSIX_SPAWN_DUP2, fd, target_fd))
+            elif mode == DEVNULL:
+                actions.append((os.POSIX_SPAWN_DUP2, _out_devnull(), target_fd))
             else:
-                path = _DEVNULL_PATH if mode == DEVNULL else _target(mode, tid)
+                path = _target(mode, tid)
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
                 opened.append(fd)
                 actions.append((os.POSIX_SPAWN_DUP2, fd, target_fd))

@@ -43,11 +43,11 @@ SHELL = "/bin/sh"
 
 def direct_argv(argv: list[str]) -> list[str] | None:
     """The argv that runs ``argv`` (a ``/bin/sh -c LINE``) without the shell, or None when
-    the shell is needed (or ``argv`` is not such a line)."""
+    the shell is needed (or ``argv`` is not such a line). A new list each call."""
     if len(argv) != 3 or argv[0] != SHELL or argv[1] != "-c":
         return None
     line = argv[2]
-    if not _PLAIN.fullmatch(line):
+    if len(line) > 4096 or not _PLAIN.fullmatch(line):
         return None
     words = line.split()
     if not words:
