@@ -10,8 +10,9 @@ process), started here the way ``shoal.launch.local`` starts it, with ``--trace 
 the head for "on"; "off" is the head without the flag, i.e. what every run pays today.
 
 Besides wall time it reports the CPU the head, the agent (with its workers) and the client
-spent per task (robust on a shared machine), and the trace's size. Goal (issue 11 item 5):
-at most 10% slower with the trace on.
+spent per task (robust on a shared machine), and the trace's size. Goal: at most 10% slower
+with the trace on (issue 11 item 5), then under 5% (issue 14). Results: docs/benchmarks.md
+("Issue 14: report and trace cost") and docs/trace.md.
 """
 
 from __future__ import annotations
@@ -144,18 +145,25 @@ def main() -> int:
                       file=sys.stderr, flush=True)
 
     print(f"\ntrace bench (median of {args.reps}; {os.cpu_count()} cores)")
-    print(f"{'cell':<20}{'off s':>7}{'on s':>7}{'slower':>8}{'tasks/s on':>11}{'trace':>9}"
+    print(f"{'cell':<20}{'off s':>7}{'on s':>7}{'slower':>8}{'pairs':>8}{'CPU':>7}"
+          f"{'tasks/s on':>11}{'trace':>9}"
           f"{'head us/task':>15}{'agent us/task':>16}{'client us/task':>16}")
     for name, n in cells:
         off = statistics.median(times[(name, "off")])
         on = statistics.median(times[(name, "on")])
+        pairs = statistics.median(b / a - 1 for a, b in zip(times[(name, "off")],
+                                                            times[(name, "on")], strict=True))
         m_off = [statistics.median(x) for x in zip(*cpus[(name, "off")], strict=True)]
         m_on = [statistics.median(x) for x in zip(*cpus[(name, "on")], strict=True)]
+        cpu = sum(m_on) / sum(m_off) - 1
         pair = [f"{x:.1f}/{y:.1f}" for x, y in zip(m_off, m_on, strict=True)]
         print(f"{f'{name} ({n})':<20}{off:>7.2f}{on:>7.2f}{(on / off - 1) * 100:>7.1f}%"
+              f"{pairs * 100:>7.1f}%{cpu * 100:>6.1f}%"
               f"{n / on:>11.0f}{sizes[name] / 1e6:>6.1f} MB{pair[0]:>15}{pair[1]:>16}"
               f"{pair[2]:>16}")
-    print("(CPU columns: off/on)")
+    print("(slower: of the median times; pairs: the median of each repetition's on/off; CPU:\n"
+          " head + agent + client CPU per task, on over off, the figure least moved by other\n"
+          " work on a shared machine; CPU columns: off/on)")
     return 0
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-time set-up on a fresh Debian 12 machine (idempotent): a venv with shoal and its
-# test tools in .venv, plus the system tools the tests use (NCO, OpenMPI, strace).
+# test tools in .venv, plus the system tools the tests use (NCO, OpenMPI, strace, chromium).
 #   bash scripts/setup.sh            # everything
 #   SHOAL_SETUP_MINIMAL=1 bash scripts/setup.sh   # only the venv (enough for the demo)
 set -euo pipefail
@@ -23,4 +23,10 @@ if [ ! -e /usr/lib/python3.11/test/test_concurrent_futures.py ] && command -v ap
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y --no-install-recommends libpython3.11-testsuite \
     || { apt-get update && apt-get install -y --no-install-recommends libpython3.11-testsuite; }
+fi
+# Debian's chromium: tests/test_report_html.py loads the HTML report in it, headless, driven
+# by Playwright's Python package (which is pointed at /usr/bin/chromium: no browser download)
+if ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update && apt-get install -y chromium
 fi

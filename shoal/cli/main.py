@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "env": "bundle",       # print exports that reroute the interpreter
     "info": "info",        # show the allocation, this node, launchers, address
     "trace": "trace",      # report on a trace file (`shoal head --trace FILE`)
+    "report": "trace",     # the HTML report of a trace file
 }
 
 

@@ -266,9 +266,15 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          "the run's start)")
     ap.add_argument("--run", type=int, default=-1, metavar="N",
                     help="which head run of the file (1-based; default: the last)")
+    ap.add_argument("--html", metavar="FILE", help="write the HTML report to FILE instead "
+                    "(as `shoal report TRACE -o FILE`; needs the extra 'report')")
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "html", None):
+        from shoal.trace.html import cli
+
+        return cli(args.file, args.html, args.run, "trace")
     try:
         if getattr(args, "csv", False):
             try:
