@@ -134,3 +134,25 @@ def test_shoal_run_output_and_statuses_match_the_shell(tmp_path):
     lines = res.stdout.splitlines()
     assert sorted(lines) == sorted(["builtin", "plain", os.path.realpath(tmp_path)])
     assert "exit status 127" in res.stderr and "exit status 2" in res.stderr
+
+
+def _ignored(status: bytes) -> int:
+    for line in status.splitlines():
+        if line.startswith(b"SigIgn:"):
+            return int(line.split()[1], 16)
+    raise AssertionError("no SigIgn line")
+
+
+@pytest.mark.parametrize("line", ["cat /proc/self/status", "cat /proc/self/status; true"])
+def test_commands_start_with_sigpipe_at_its_default(line):
+    # Python ignores SIGPIPE and SIGXFSZ; with or without a shell the command must not
+    rc, out, _ = _finish(_spawn(line))
+    assert rc == 0
+    ignored = _ignored(out)
+    assert not ignored & (1 << (signal.SIGPIPE - 1)), hex(ignored)
+    assert not ignored & (1 << (signal.SIGXFSZ - 1)), hex(ignored)
+
+
+def test_a_pipeline_ends_quietly_when_its_reader_stops():
+    rc, out, err = _finish(_spawn("yes | head -1"))
+    assert (rc, out, err) == (0, b"y\n", b"")

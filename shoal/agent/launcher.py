@@ -38,6 +38,11 @@ from shoal.task.errors import exception_payload
 from shoal.transport import protocol as P
 
 _DEVNULL_PATH = os.devnull
+# Python ignores SIGPIPE and SIGXFSZ; a command must not inherit that (`yes | head -1`
+# would end with "Broken pipe"), so they are back to their defaults in it, as
+# subprocess's restore_signals does.
+DEFAULT_SIGNALS = tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ", "SIGXFZ")
+                        if hasattr(signal, n))
 
 
 @dataclass(slots=True)
@@ -175,9 +180,10 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], 
                 prog = _resolve(prog, env.get("PATH", os.defpath))
             if cpus:
                 pid = bound_spawn(cpus, os.posix_spawn, prog, argv, env, file_actions=actions,
-                                  setsid=True)
+                                  setsid=True, setsigdef=DEFAULT_SIGNALS)
             else:
-                pid = os.posix_spawn(prog, argv, env, file_actions=actions, setsid=True)
+                pid = os.posix_spawn(prog, argv, env, file_actions=actions, setsid=True,
+                                     setsigdef=DEFAULT_SIGNALS)
     except FileNotFoundError as exc:
         for fd in captures.values():
             os.close(fd)
@@ -222,8 +228,9 @@ def _spawn_direct(argv: list[str], env: dict[str, str], actions: list[tuple[Any,
         prog = argv[0] if "/" in argv[0] else _resolve(argv[0], env.get("PATH", os.defpath))
         if cpus:
             return bound_spawn(cpus, os.posix_spawn, prog, argv, env, file_actions=actions,
-                               setsid=True)
-        return os.posix_spawn(prog, argv, env, file_actions=actions, setsid=True)
+                               setsid=True, setsigdef=DEFAULT_SIGNALS)
+        return os.posix_spawn(prog, argv, env, file_actions=actions, setsid=True,
+                              setsigdef=DEFAULT_SIGNALS)
     except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError):
         return None
     except OSError as exc:
