@@ -4,7 +4,8 @@
     python bench/cpu_split.py --trees /tmp/main,. --rounds 5 -- shoal run w2.txt -j 2 \\
         --discard-output --no-progress --no-summary
 
-Runs the command once per tree per round (trees alternating, ``PYTHONPATH=TREE``), polls
+Runs the command once per tree per round (trees alternating, the tree first on
+``PYTHONPATH``), polls
 ``/proc`` every 10 ms for the CPU time of the command's long-lived descendants (the head
 and the agent), and takes the total, children included, from ``RUSAGE_CHILDREN``. Prints
 the median of each over the rounds, and the wall time.
@@ -107,7 +108,8 @@ def main() -> int:
     runs: dict[str, list[dict[str, float]]] = {t: [] for t in trees}
     for _ in range(args.rounds):
         for t in trees:
-            env = dict(os.environ, PYTHONPATH=t)
+            extra = os.environ.get("PYTHONPATH")
+            env = dict(os.environ, PYTHONPATH=t if not extra else t + os.pathsep + extra)
             runs[t].append(measure(cmd, env))
     keys = ["client", "head", "agent", "total", "wall"]
     print(f"median of {args.rounds} alternating rounds, CPU seconds (wall: seconds); "
