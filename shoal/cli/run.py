@@ -1,7 +1,8 @@
 """`shoal run TASKFILE`: one shell command per line, run in parallel on shoal.
 
-Lines run with ``/bin/sh -c`` (as GNU parallel and HyperQueue do); blank lines and ``#``
-comments are skipped; a line ending in a backslash continues on the next. A line that
+Lines run with ``/bin/sh -c`` (as GNU parallel and HyperQueue do); a line that is one
+simple command (plain words, no shell builtin) is run by the agent without the shell, with
+the same result (shoal.agent.spawnline). Blank lines and ``#`` comments are skipped; a line ending in a backslash continues on the next. A line that
 cannot be a shell command (unbalanced quotes, NUL bytes, undecodable bytes) is reported
 with its line number and does not stop the others.
 
