@@ -6,7 +6,8 @@
 #   bash bench/setup_peers.sh dask ray   # only these
 #
 # The stdlib pools (ProcessPoolExecutor, multiprocessing.Pool) run on the plain interpreter and
-# need nothing.  HyperQueue's `hq` binary is not installed here: the pip package ships only its
+# need nothing.  `scoop` installs SCOOP 0.7.2 and DEAP into the project venv (bench/scoop_bench.py).
+# HyperQueue's `hq` binary is not installed here: the pip package ships only its
 # Python API, so build `hq` from its repository yourself and put it on PATH or in $HQ_BIN.
 set -euo pipefail
 
@@ -24,9 +25,15 @@ declare -A REQS=(
 )
 
 peers=("$@")
-if [ ${#peers[@]} -eq 0 ]; then peers=(dask ray parsl ipyparallel cmdline); fi
+if [ ${#peers[@]} -eq 0 ]; then peers=(dask ray parsl ipyparallel cmdline scoop); fi
 
 for peer in "${peers[@]}"; do
+  if [ "$peer" = scoop ]; then
+    # SCOOP 0.7.2 and DEAP (bench/scoop_bench.py): in the project venv, where the tests of
+    # SCOOP's and DEAP's examples use them too (`python -m scoop` must import the same deap)
+    bash "$HERE/../scripts/setup-test-deps.sh"
+    continue
+  fi
   if [ "$peer" = cmdline ]; then
     # GNU parallel (xargs comes with findutils)
     if ! command -v parallel >/dev/null 2>&1; then

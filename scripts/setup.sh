@@ -16,6 +16,8 @@ if [ -n "${SHOAL_SETUP_MINIMAL:-}" ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
 bash scripts/setup-script-deps.sh
+# SCOOP and DEAP, and their example programs (tests/test_scoop_examples.py), kept outside the repo
+bash scripts/setup-test-deps.sh .venv
 bash scripts/setup-bundle-deps.sh .venv
 # CPython's own concurrent.futures tests, run against shoal by tests/test_cpython_futures.py
 # (used in place from Debian's package, never copied into this repository)
@@ -29,4 +31,15 @@ fi
 if ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update && apt-get install -y chromium
+fi
+# `shoal serve`'s job sandbox (shoal/service/sandbox.py, docs/sandbox.md): bubblewrap, and
+# the unprivileged user the jobs run as (no home, no login shell)
+if ! command -v bwrap >/dev/null && command -v apt-get >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y --no-install-recommends bubblewrap \
+    || { apt-get update && apt-get install -y --no-install-recommends bubblewrap; }
+fi
+if [ "$(id -u)" = 0 ] && ! getent passwd shoal-job >/dev/null; then
+  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+    --user-group shoal-job
 fi

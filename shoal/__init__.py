@@ -40,8 +40,17 @@ _WHERE = {
 
 __all__ = sorted(_WHERE)
 
+# SCOOP's module attributes, for programs ported with `import shoal as scoop`: they depend
+# on where they are read (the program or a task), so they are computed at each read
+# (shoal.futures.scoop_attribute), never cached here
+SCOOP_ATTRIBUTES = ("DEBUG", "IS_ORIGIN", "IS_RUNNING", "SIZE", "worker")
+
 
 def __getattr__(name: str) -> Any:
+    if name in SCOOP_ATTRIBUTES:
+        from shoal.futures import scoop_attribute
+
+        return scoop_attribute(name)
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'shoal' has no attribute {name!r}")

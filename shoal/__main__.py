@@ -5,6 +5,11 @@ runtime started here: the embedded local default, every node of the batch alloca
 runs in (docs/cluster.md; ``--hostfile``/``--hosts``/``--launcher``/``--interface``), or
 ``--connect FILE``. ``python -m
 shoal run ...`` (or any other sub-command) is the ``shoal`` command line.
+
+SCOOP's launcher options: ``-n``, ``--hostfile``, ``--hosts``, ``--prolog``, ``--pythonpath``
+and ``--path``/``-p`` work (see shoal.launch.workenv for what the prolog carries); its
+others (``-b``, ``--tunnel``, ``--nice``, ``--backend``, ...) are accepted with a one-line
+warning each (docs/scoop.md).
 """
 
 from __future__ import annotations
@@ -13,6 +18,34 @@ import argparse
 import os
 import runpy
 import sys
+
+# SCOOP's launcher options that mean nothing here: flag -> (takes a value, why)
+SCOOP_IGNORED: dict[tuple[str, ...], tuple[bool, str]] = {
+    ("-b",): (True, "there are no brokers: one head serves every agent"),
+    ("--tunnel",): (False, "agents connect to the head directly (CURVE-encrypted over TCP)"),
+    ("--rsh",): (False, "agents start with ssh, srun, mpirun or pbsdsh (--launcher)"),
+    ("--ssh-executable",): (True, "agents start with ssh, srun, mpirun or pbsdsh (--launcher)"),
+    ("--external-hostname",): (True, "give --interface NAME for the address agents reach"),
+    ("--python-interpreter",): (True, "agents run this interpreter (sys.executable)"),
+    ("--nice",): (True, "tasks run at this process's niceness"),
+    ("--backend",): (True, "the transport is ZeroMQ"),
+    ("--debug",): (False, "see --trace FILE for every task's attempts"),
+    ("--profile",): (False, "see --trace FILE for every task's attempts"),
+    ("-v", "--verbose"): (False, "the launcher prints only warnings and errors"),
+    ("-q", "--quiet"): (False, "the launcher prints only warnings and errors"),
+}
+
+
+class _Ignored(argparse.Action):
+    """Takes a SCOOP option shoal has no use for and warns once, in one line."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        seen = getattr(namespace, "scoop_ignored", None) or []
+        if self.dest not in seen:
+            seen.append(self.dest)
+            print(f"shoal: ignoring SCOOP's {option_string}: {self.help}", file=sys.stderr)
+        namespace.scoop_ignored = seen
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,6 +77,20 @@ def main(argv: list[str] | None = None) -> int:
     from shoal.launch.cluster import add_cluster_options
 
     add_cluster_options(ap)
+    g = ap.add_argument_group("worker environment (SCOOP's options; docs/scoop.md)")
+    g.add_argument("--prolog", metavar="SCRIPT",
+                   help="shell script sourced at the start of every agent, on its node: its "
+                        "workers and commands get the environment it exports")
+    g.add_argument("--pythonpath", metavar="DIR", action="append",
+                   help="put DIR (or DIR1:DIR2) first on the tasks' import path and PYTHONPATH "
+                        "(repeatable; not the program's)")
+    g.add_argument("-p", "--path", metavar="DIR",
+                   help="the directory agents, workers and commands run in (default: this one)")
+    g = ap.add_argument_group("SCOOP's other options: accepted, ignored with a one-line warning")
+    for flags, (takes, why) in SCOOP_IGNORED.items():
+        g.add_argument(*flags, action=_Ignored, nargs=1 if takes else 0, help=why,
+                       dest=f"scoop_{flags[-1].lstrip('-').replace('-', '_')}",
+                       **({"metavar": "X"} if takes else {}))
     ap.add_argument("program", help="the Python program to run")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     args = ap.parse_args(argv)
@@ -61,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ex = Executor(args.workers, schedule=args.schedule, prefetch=args.prefetch,
                       connect=args.connect, retries=args.retries, task_timeout=args.timeout,
-                      journal=args.journal, trace=args.trace, **cluster_kwargs(args))
+                      journal=args.journal, trace=args.trace, prolog=args.prolog,
+                      pythonpath=args.pythonpath, workdir=args.path, **cluster_kwargs(args))
     except ValueError as exc:
         print(f"shoal: {exc}", file=sys.stderr)
         return 2

@@ -7,12 +7,17 @@ SCOOP's names (``submit``, ``map``, ``map_as_completed``, ``mapReduce``, ``mapSc
 Inside a task these submit sub-tasks from the worker (a task waiting on them yields its
 worker). In a program started with ``python -m shoal prog.py`` they use the runtime the
 launcher started; elsewhere the first call starts the embedded local default.
+
+SCOOP's module attributes (``scoop.worker``, ``IS_ORIGIN``, ``IS_RUNNING``, ``SIZE``,
+``DEBUG``) are ``shoal``'s too, for ``import shoal as scoop``: see :func:`scoop_attribute`.
 """
 
 from __future__ import annotations
 
 import atexit
 import concurrent.futures as cf
+import os
+import socket
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -56,6 +61,41 @@ def _executor() -> Any:
                 _default = Executor()
                 atexit.register(_default.shutdown)
     return _default
+
+
+def scoop_attribute(name: str) -> Any:
+    """SCOOP's module attribute ``name``, as SCOOP defines it, where it is read:
+
+    - ``worker``: this process's identity, ``b"host:pid"`` (SCOOP's is ``b"address:port"``
+      of the worker's socket; both are unique per process and bytes);
+    - ``IS_ORIGIN``: True in the program, False inside a task;
+    - ``IS_RUNNING``: True inside a task, and in a program once it has a runtime
+      (``python -m shoal`` starts one before the program runs);
+    - ``SIZE``: the workers: in the program, the runtime's slots (all nodes); inside a
+      task, the workers of the agent it runs on (all of them on the local default: a task
+      cannot see the other nodes); AttributeError in a program with no runtime yet, as
+      SCOOP defines it only when running;
+    - ``DEBUG``: False (SCOOP's debug mode writes per-worker logs; shoal's record of every
+      task is ``--trace``).
+    """
+    in_task = context.in_worker()
+    if name == "worker":
+        return f"{socket.gethostname()}:{os.getpid()}".encode()
+    if name == "IS_ORIGIN":
+        return not in_task
+    if name == "IS_RUNNING":
+        return in_task or _default is not None
+    if name == "DEBUG":
+        return False
+    if name == "SIZE":
+        if in_task:
+            return int(os.environ.get("SHOAL_AGENT_WORKERS") or 1)
+        if _default is None:
+            raise AttributeError("shoal.SIZE: no runtime yet (run the program with "
+                                 "`python -m shoal`, or call a shoal.futures function first)")
+        # a joined head (connect=): the slots of the agents there now
+        return int(getattr(_default, "_slots", 0) or sum(a.slots for a in _default.agents()))
+    raise AttributeError(f"module 'shoal' has no attribute {name!r}")
 
 
 def submit(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future:

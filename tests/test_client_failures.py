@@ -411,7 +411,7 @@ def test_shutdown_cancel_futures_asks_for_queued_tasks_only(wire):
     stopper.join(30)
     assert not stopper.is_alive()
     one, bulk = head.cancels
-    assert one[2:] == [[tids[2]]]                 # cancel(): stop it, even running
+    assert one[2:] == [[tids[2]], True]           # cancel(): only if not started
     assert bulk[2:] == [sorted(tids[:2]), True]    # shutdown(cancel_futures): queued only
     assert futs[0].result(0) == "ran" and futs[1].cancelled() and futs[2].cancelled()
 
@@ -598,7 +598,8 @@ def test_cancel_stops_a_running_task_and_frees_its_worker():
     with Executor(workers=1) as ex:
         f = ex.submit(nap, 60)
         time.sleep(1.0)  # running by now: it is the only task on the only worker
-        assert f.cancel() and f.cancelled()
+        assert not f.cancel() and f.running()  # as concurrent.futures: it runs on
+        assert f.cancel(running=True) and f.cancelled()  # shoal's: stop it where it runs
         assert ex.submit(inc, 1).result(timeout=20) == 2  # not behind the 60 s task
 
 

@@ -6,10 +6,9 @@ Where shoal differs on purpose, the test says so and checks shoal's side: a lost
 fails its task with TaskLost (a BrokenProcessPool) and the executor goes on; a result that
 cannot be unpickled fails that future only.
 
-Known gap: ``cancel()`` of a short task that the agent has already prefetched into a
-worker's queue (not started) can return False (the head answers for the tasks it holds;
-tasks at the agent are dropped asynchronously); ``test_cancel_semantics`` uses a function
-with no run-time history, whose tasks wait at the head.
+``cancel()`` is exact wherever a task waits (tests/test_cancel_exact.py causes each place
+for real); ``running()`` is True once the task started (ProcessPoolExecutor says so once a
+task is in its call queue, a little earlier).
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ import pytest
 
 import shoal
 from shoal.task.errors import InitializerError, RemoteError, TaskLost
+from shoal.task.future import ShoalFuture
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KINDS = ["shoal", "process"]
@@ -164,26 +164,80 @@ def test_cancel_semantics(ex):
     done = ex.submit(mul, 1, 1)
     done.result(30)
     assert done.cancel() is False and not done.cancelled()
-    # fill both workers, then a queued one can be cancelled
+    # fill both workers, then a queued one can be cancelled (with shoal, short tasks of a
+    # function with a history are prefetched deep into the workers' queues: the cancel
+    # reaches them there, right after submit as a moment later)
     busy = [ex.submit(nap, 1.0) for _ in range(2)]
-    # (a function run nowhere before: shoal prefetches short tasks deep into its workers'
-    # queues, and cancel() of one there is not yet reliable, see the module docstring)
-    queued = [ex.submit(queued_nap, 0.0, i) for i in range(20)]
+    queued = [ex.submit(nap, 0.0, i) for i in range(20)]
     called = []
     queued[-1].add_done_callback(called.append)
-    if not queued[-1].cancel() and isinstance(ex, shoal.Executor):
-        # known gap (issue 12 note): a queued task the head already sent into an agent's
-        # worker queue can answer False; ProcessPoolExecutor's side still asserts it
-        cf.wait([*busy, *queued])
-        pytest.xfail("cancel() of a task queued inside an agent answered False")
+    assert queued[-1].cancel() is True
     assert queued[-1].cancelled() and queued[-1].done()
     with pytest.raises(cf.CancelledError):
         queued[-1].result()
     with pytest.raises(cf.CancelledError):
         queued[-1].exception()
     assert called == [queued[-1]]
+    late = []
+    queued[-1].add_done_callback(late.append)  # on a cancelled future: called at once
+    assert late == [queued[-1]]
     assert queued[-1].cancel() is True  # again: still True
     assert [f.result(30) for f in queued[:-1]] == list(range(19))
+    cf.wait(busy)
+    time.sleep(0.3)  # the workers' queues are empty again
+    busy = [ex.submit(nap, 1.0) for _ in range(2)]
+    queued = [ex.submit(nap, 0.0, i) for i in range(20)]
+    time.sleep(0.3)  # now in the agent and the workers' queues
+    assert [f.cancel() for f in queued[10:]] == [True] * 10
+    assert [f.result(30) for f in queued[:10]] == list(range(10))
+    assert all(f.cancelled() for f in queued[10:])
+    cf.wait(busy)
+
+
+def test_running_future_cannot_be_cancelled(ex):
+    f = ex.submit(nap, 1.0, "ran")
+    deadline = time.monotonic() + 20
+    while not f.running() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert f.running() and not f.done()
+    assert f.cancel() is False and not f.cancelled()
+    assert f.running()
+    assert f.result(30) == "ran" and not f.running() and f.done()
+
+
+def test_set_running_or_notify_cancel():
+    # for code that drives futures itself: shoal's future behaves as the stdlib's
+    for g in (cf.Future(), ShoalFuture(0, None)):
+        assert g.set_running_or_notify_cancel() is True and g.running()
+        assert g.cancel() is False
+        with pytest.raises(RuntimeError, match="unexpected state"):
+            g.set_running_or_notify_cancel()
+        g.set_result(1)
+        assert not g.running() and g.result() == 1
+    for g in (cf.Future(), ShoalFuture(0, None)):
+        assert g.cancel() and g.set_running_or_notify_cancel() is False and g.cancelled()
+
+
+def test_cancel_from_several_threads_at_once(ex):
+    busy = [ex.submit(nap, 0.5) for _ in range(2)]
+    queued = [ex.submit(nap, 0.0, i) for i in range(12)]
+    target = queued[-1]
+    calls = []
+    target.add_done_callback(calls.append)
+    answers = []
+    start = threading.Barrier(4)
+
+    def cancel():
+        start.wait(10)
+        answers.append(target.cancel())
+
+    threads = [threading.Thread(target=cancel) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert answers == [True] * 4 and calls == [target]  # one cancel, one callback call
+    assert [f.result(30) for f in queued[:-1]] == list(range(11))
     cf.wait(busy)
 
 
@@ -268,6 +322,20 @@ def test_as_completed_order_duplicates_and_timeout(ex):
     pending.result(30)
 
 
+def test_first_exception_without_one_waits_for_all(ex):
+    a, b = ex.submit(nap, 0.1, 1), ex.submit(nap, 0.5, 2)
+    done, not_done = cf.wait([a, b], timeout=30, return_when=cf.FIRST_EXCEPTION)
+    assert done == {a, b} and not not_done  # no exception: as ALL_COMPLETED
+
+
+def test_as_completed_yields_finished_futures_first(ex):
+    finished = ex.submit(mul, 2, 2)
+    finished.result(30)
+    slow = ex.submit(nap, 0.5, "slow")
+    it = cf.as_completed([slow, finished], timeout=30)
+    assert next(it) is finished and next(it) is slow
+
+
 # ---- use from several threads --------------------------------------------------------------
 def test_submit_and_wait_from_several_threads(ex):
     results: dict[int, list[int]] = {}
@@ -306,6 +374,20 @@ def test_shutdown_cancel_futures(kind):
     others = [f for f in futs if not f.cancelled()]
     assert len(cancelled) > 10 and others  # what had started finished, the rest did not run
     assert all(f.done() and f.exception() is None for f in others)
+
+
+def test_shutdown_without_wait_returns_at_once_and_work_finishes(kind):
+    ex = make(kind)
+    first = ex.submit(nap, 0.2)
+    first.result(30)  # workers up
+    f = ex.submit(nap, 1.0, "done")
+    t0 = time.monotonic()
+    ex.shutdown(wait=False)
+    assert time.monotonic() - t0 < 0.8
+    with pytest.raises(RuntimeError):
+        ex.submit(mul, 1, 1)
+    assert f.result(30) == "done"
+    ex.shutdown(wait=True)  # then a waiting one returns once all is done
 
 
 def test_context_manager_shuts_down(kind):

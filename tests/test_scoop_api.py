@@ -286,6 +286,32 @@ def test_two_agents_each_get_the_constant_once(head, runtime, tmp_path):
     assert sorted(loads) == sorted({str(p) for _, p in got}) and len(loads) == 2
 
 
+def read_own(name):
+    """This client's constant here and in a sub-task (another worker may run it)."""
+    return shared.getConst(name, timeout=5), futures.submit(read_const, name, 5).result()
+
+
+def test_two_clients_of_one_head_have_their_own_constants(head, runtime):
+    connfile, _, add_agent = head
+    add_agent("--slots", "2", "--workers", "2")
+    with Executor(connect=str(connfile)) as a, Executor(connect=str(connfile)) as b:
+        try:
+            futures.set_executor(a)
+            shared.setConst(same_name="from a")
+            futures.set_executor(b)
+            shared.setConst(same_name="from b")   # another client: no clash
+            with pytest.raises(TypeError, match="already exists: same_name"):
+                shared.setConst(same_name="again")  # within one client: still an error
+            assert shared.getConst("same_name") == "from b"
+            got_b = [f.result(30) for f in [b.submit(read_own, "same_name") for _ in range(6)]]
+            futures.set_executor(a)
+            assert shared.getConst("same_name") == "from a"
+            got_a = [f.result(30) for f in [a.submit(read_own, "same_name") for _ in range(6)]]
+        finally:
+            futures.set_executor(runtime)
+    assert got_a == [("from a", "from a")] * 6 and got_b == [("from b", "from b")] * 6
+
+
 # ---- the other SCOOP names -----------------------------------------------------------
 
 def test_scoop_names_are_all_there():

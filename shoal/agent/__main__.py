@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 
 from shoal.agent import limits
@@ -123,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"python -m shoal.agent: {exc}", file=sys.stderr)
         return 2
+    # what `shoal.SIZE` (SCOOP's scoop.SIZE) reads in its tasks: its workers inherit it
+    os.environ["SHOAL_AGENT_WORKERS"] = str(agent.nworkers)
     agent.run()
     return agent.exit_code
 

@@ -229,6 +229,8 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
             stopped = self._stop_tasks(set(msg[2]), running=not (len(msg) > 3 and msg[3]))
             if msg[1]:  # a client's cancel: say which were dropped or stopped here
                 self._send_head([P.CANCEL, msg[1], stopped])
+        elif kind == P.STATE:  # [STATE, key, tids]: which have started (Future.running())
+            self._send_head([P.STATE, msg[1], self._started(set(msg[2]))])
         elif kind == P.EVICTED:
             if self.welcomed:
                 self._evicted(str(msg[1]) if len(msg) > 1 else "declared lost")
@@ -557,7 +559,14 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
                 if w is None:
                     continue
                 funcs = {}
+                n = w.nsent
                 for spec in specs:
+                    n += 1  # its place in this worker's stream (T_SEQ): for cancels
+                    if len(spec) > P.T_SEQ:
+                        spec[P.T_SEQ] = n
+                    else:
+                        spec.extend([None] * (P.T_SEQ - len(spec)))
+                        spec.append(n)
                     fid = spec[2]
                     if fid not in w.sent_fids:
                         w.sent_fids.add(fid)
@@ -568,6 +577,7 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
                     if c not in w.sent_fids:
                         w.sent_fids.add(c)
                         funcs[c] = self.func_blobs[c]
+                w.nsent = n
                 if specs or funcs:
                     self._send_worker(w, [P.TASKS, specs, funcs])
             self.out_workers = {}

@@ -6,12 +6,22 @@ with what the agent imported), reaches the agent over a ROUTER socket, and share
 when (int64 task id, float64 monotonic start). From that record the agent charges a
 worker's death to the task that was running, exactly, and enforces time limits; and one
 flag byte asks the worker to give back what it has queued (the drain).
+
+Cancel of a task queued inside a worker (see ``Stopping._stop_tasks``): each task the agent
+sends a worker carries its place in that worker's stream (``T_SEQ``); the worker records the
+place of the last queued task it started (``STARTED``) before it starts it, and may not
+start one at or past ``STOP_AT`` until it has read the CANCEL numbered ``CANCEL_KEY``. Both
+sides read and write these under the worker's own lock (a process-shared semaphore, made
+per worker process), so the agent knows at once, without asking the worker, which tasks
+have not started and cannot start any more.
 """
 
 from __future__ import annotations
 
+import _multiprocessing
 import logging
 import os
+import secrets
 import signal
 import struct
 import sys
@@ -26,9 +36,14 @@ from shoal.transport import protocol as P
 log = logging.getLogger("shoal.agent")
 
 # Per worker in running_slots: int64 task id, float64 monotonic start, then one byte the
-# agent sets to ask the worker to give back its queue (the drain).
-SLOT_BYTES = 24
+# agent sets to ask the worker to give back its queue (the drain); then, under the worker's
+# lock, int64 STARTED, STOP_AT and CANCEL_KEY (see the module docstring).
+SLOT_BYTES = 48
 GIVE_BACK = 16
+STARTED = 24
+STOP_AT = 32
+CANCEL_KEY = 40
+NO_STOP = (1 << 63) - 1
 
 
 def spec_attempt(spec: list[Any]) -> int | None:
@@ -42,7 +57,7 @@ def spec_owner(spec: list[Any]) -> int | None:
 class WorkerHandle:
     __slots__ = ("index", "ident", "pid", "pidfd", "origin", "incarnation", "credit", "tasks",
                  "blocked", "sent_fids", "ready", "said_hello", "est", "queued_s", "owner",
-                 "doomed", "timed", "started", "gpu_ids")
+                 "doomed", "timed", "started", "gpu_ids", "lock", "nsent", "cancel_key")
 
     def __init__(self, index: int, ident: bytes, pid: int, incarnation: int) -> None:
         self.index = index
@@ -65,6 +80,9 @@ class WorkerHandle:
         self.started: dict[int, float] = {}  # timed tid -> when it started (seen running)
         self.gpu_ids: tuple[str, ...] | None = None  # devices its environment names (None:
         # never set; CUDA reads them once, so a worker keeps the devices it was first given)
+        self.lock: Any = None             # shared with the process: see the module docstring
+        self.nsent = 0                    # tasks sent to it (the T_SEQ of the last one)
+        self.cancel_key = 0               # CANCELs of queued tasks sent to it
 
     @property
     def busy(self) -> bool:
@@ -80,17 +98,22 @@ class WorkerPool:
         sys.stdout.flush()
         sys.stderr.flush()
         os.environ["SHOAL_AGENT_PID"] = str(os.getpid())  # the worker checks it still has us
-        struct.pack_into("qdq", self.running_slots, SLOT_BYTES * index, 0, 0.0, 0)
+        struct.pack_into("qdqqqq", self.running_slots, SLOT_BYTES * index, 0, 0.0, 0, 0,
+                         NO_STOP, 0)
+        # one lock per worker process: one killed while it held it takes it along
+        lock = _multiprocessing.SemLock(1, 1, 1, f"/shoal-{os.getpid()}-{secrets.token_hex(6)}",
+                                        True)
         pid = os.fork()
         if pid == 0:  # child: becomes a warm worker, never returns
             try:
                 from shoal.agent.worker import worker_main
 
                 worker_main(self.worker_endpoint, self.worker_key, ident, self.sys_path,
-                            self.running_slots, SLOT_BYTES * index)
+                            self.running_slots, SLOT_BYTES * index, lock)
             finally:
                 os._exit(1)
         w = WorkerHandle(index, ident, pid, self.incarnations)
+        w.lock = lock
         self.workers[ident] = w
         self.by_pidfd[w.pidfd] = w
         self.poller.register(w.pidfd, zmq.POLLIN)

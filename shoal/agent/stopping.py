@@ -8,8 +8,10 @@ A mixin of ``Agent`` (shoal.agent.agent): the same state, kept apart from the ho
   since when), so one stuck in C code holding the GIL is stopped too: the worker is
   SIGKILLed, the task's result is TIMEOUT, the worker's other started tasks are LOST, its
   unstarted ones go back to the agent's queue, and a fresh worker replaces it.
-- Stopping tasks wherever they are (CANCEL): queued ones are dropped, commands killed,
-  a worker that started one is killed and replaced.
+- Stopping tasks wherever they are (CANCEL): queued ones are dropped (also those queued
+  inside a worker: decided at once under its lock, see agent.pool), and unless the cancel
+  is for queued tasks only, commands are killed and a worker that started one is killed
+  and replaced.
 - The drain (first SIGTERM, or the walltime minus ``drain_timeout``): DRAIN to the head,
   no new tasks, every task not started handed back (RETURN; workers give back what they
   had queued), running ones finish until the deadline, then what still runs is killed and
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from shoal.agent import launcher
 from shoal.agent.failures import allocation_end, text_info
-from shoal.agent.pool import GIVE_BACK, SLOT_BYTES
+from shoal.agent.pool import CANCEL_KEY, GIVE_BACK, SLOT_BYTES, STARTED, STOP_AT
 from shoal.transport import protocol as P
 
 if TYPE_CHECKING:
@@ -40,7 +42,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("shoal.agent")
 
 LIMIT_POLL_S = 0.05   # how often a worker holding a timed task not yet seen started is looked at
+LOCK_WAIT_S = 1.0     # a worker holds its lock for microseconds: longer means it is stopped
 _SLOT = struct.Struct("qd")
+_Q = struct.Struct("q")
+
+
+def _seq(spec: list[Any]) -> int:
+    """The task's place in its worker's stream (0: not sent to the worker yet)."""
+    return spec[P.T_SEQ] if len(spec) > P.T_SEQ else 0
 
 
 class Stopping:
@@ -187,7 +196,10 @@ class Stopping:
         """Stop these tasks wherever they are (``running`` False: only those not started);
         nothing is sent for them afterwards.
 
-        Returns those dropped or stopped here (the others were not here, or finished).
+        Returns those dropped or stopped here (the others were not here, had started, or
+        finished). The answer is exact at once: a task queued in a worker has started
+        or not as the worker's shared record says, read under its lock (see agent.pool);
+        one not started is then dropped and never runs.
         """
         stopped = self._drop_queued(tids)
         for run in self.commands.values():
@@ -201,10 +213,12 @@ class Stopping:
             hit = [t for t in w.tasks if t in tids]
             if not hit:
                 continue
-            now = self._running_in(w)
-            begun = [t for t in hit if t in w.blocked or t == now or t in w.started]
-            if begun and not running:
-                hit = [t for t in hit if t not in begun]
+            unsent = self._take_unsent(w, set(hit))  # still in this turn's TASKS to it
+            stopped.extend(unsent)
+            hit = [t for t in hit if t not in unsent]
+            if not hit:
+                continue
+            queued, begun = self._claim_queued(w, hit)
             if begun and running:
                 started, unstarted = self._kill_worker(w)
                 log.info("stopped %d tasks by killing worker %d (pid %d)", len(hit), w.index, w.pid)
@@ -215,15 +229,73 @@ class Stopping:
                         self._result_to_head([s[0], P.LOST, why.encode(), s[P.T_ATTEMPT]
                                               if len(s) > P.T_ATTEMPT else None, text_info(why)])
                 self._requeue_front([s for s in unstarted if s[0] not in tids])
-            elif hit:  # still queued in the worker: it drops them (a race lets one finish:
-                # its result is not forwarded, the task is no longer the worker's)
-                for t in hit:
-                    del w.tasks[t]
-                    w.queued_s -= w.est.pop(t, 0.0)
-                    w.timed.pop(t, None)
-                self._send_worker(w, [P.CANCEL, 0, hit])
-            stopped.extend(hit)
+                stopped.extend(hit)
+            else:
+                stopped.extend(queued)
         return stopped
+
+    def _take_unsent(self, w: WorkerHandle, tids: set[int]) -> list[int]:
+        """Take back tasks given to ``w`` this turn but not sent yet: they never ran."""
+        out = self.out_workers.get(w.ident)
+        if not out:
+            return []
+        taken = [s[0] for s in out if s[0] in tids]
+        if taken:
+            gone = set(taken)
+            out[:] = [s for s in out if s[0] not in gone]
+            self._forget(w, taken)
+        return taken
+
+    def _forget(self, w: WorkerHandle, tids: list[int]) -> None:
+        for t in tids:
+            del w.tasks[t]
+            w.queued_s -= w.est.pop(t, 0.0)
+            w.timed.pop(t, None)
+            w.started.pop(t, None)
+
+    def _claim_queued(self, w: WorkerHandle, hit: list[int]) -> tuple[list[int], list[int]]:
+        """Split tasks sent to ``w`` into (queued there: now dropped, they never start;
+        begun: started, blocked on sub-tasks, or finished with their result on its way).
+
+        Under the worker's lock: the tasks past the last one it started cannot start any
+        more (STOP_AT) until it reads the CANCEL sent here, which drops them.
+        """
+        tasks = w.tasks
+        base = SLOT_BYTES * w.index
+        if not w.lock.acquire(True, LOCK_WAIT_S):  # stopped (SIGSTOP) or dying: unknown
+            log.warning("worker %d (pid %d) did not release its lock: %d tasks left to run",
+                        w.index, w.pid, len(hit))
+            return [], hit
+        try:
+            started = _Q.unpack_from(self.running_slots, base + STARTED)[0]
+            queued = [t for t in hit if t not in w.blocked and _seq(tasks[t]) > started]
+            if queued:
+                w.cancel_key += 1
+                stop = min(_Q.unpack_from(self.running_slots, base + STOP_AT)[0],
+                           min(_seq(tasks[t]) for t in queued))
+                _Q.pack_into(self.running_slots, base + STOP_AT, stop)
+                _Q.pack_into(self.running_slots, base + CANCEL_KEY, w.cancel_key)
+        finally:
+            w.lock.release()
+        if queued:
+            self._forget(w, queued)
+            self._send_worker(w, [P.CANCEL, w.cancel_key, queued])
+        gone = set(queued)
+        return queued, [t for t in hit if t not in gone]
+
+    def _started(self, tids: set[int]) -> list[int]:
+        """Which of ``tids`` held here have started (STATE, for ``Future.running()``):
+        running commands, and tasks a worker started (running, blocked or just finished)."""
+        out = [run.tid for run in self.commands.values() if run.tid in tids]
+        for w in self.workers.values():
+            if w.doomed or not w.tasks:
+                continue
+            unsent = {s[0] for s in self.out_workers.get(w.ident, ())}
+            hit = [t for t in w.tasks if t in tids and t not in unsent]
+            if hit:  # STARTED only grows: a read without the lock is at worst a moment old
+                started = _Q.unpack_from(self.running_slots, SLOT_BYTES * w.index + STARTED)[0]
+                out += [t for t in hit if t in w.blocked or 0 < _seq(w.tasks[t]) <= started]
+        return out
 
     def _recycle(self, w: WorkerHandle) -> None:
         """Replace an idle worker bound to one client by a fresh fork."""

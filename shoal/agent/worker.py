@@ -14,9 +14,10 @@ as do all further sub-tasks of a burst. Kept sub-tasks never cost a message; the
 arguments and results are still pickled, so a task sees the same values either way.
 
 Messages with the agent (all batched):
-  in:  TASKS [specs, funcs], RESULTS [results of sub-tasks], CANCEL [0, tids] (drop these
-       if not started; nothing is sent for them), RETURN (drop every task not started and
-       say which: the agent drains), SHUTDOWN
+  in:  TASKS [specs, funcs], RESULTS [results of sub-tasks], CANCEL [key, tids] (drop these:
+       the agent saw under the shared lock that they had not started, and they cannot
+       start before this message is read, see agent.pool; nothing is sent for them),
+       RETURN (drop every task not started and say which: the agent drains), SHUTDOWN
   out: RESULTS [results], SUBMIT [sub-tasks, funcs], CREDIT [n, blocked tids, resumed tids],
        RETURN [tids]
 
@@ -43,7 +44,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import cloudpickle
 import greenlet
 import zmq
 
@@ -52,13 +52,16 @@ from shoal.agent import limits
 from shoal.agent.failures import failure_info
 from shoal.agent.resources import gpu_env
 from shoal.task import context
-from shoal.task.codec import EncodeError, Encoder
+from shoal.task.codec import EncodeError, Encoder, dumps
 from shoal.task.errors import exception_payload
 from shoal.task.future import ShoalFuture, deliver
 from shoal.transport import protocol as P
 
 _dumps = pickle.dumps
 _pack_into = struct.pack_into
+_unpack_q = struct.Struct("q").unpack_from
+# in the shared slot (agent.pool): the last queued task started, and the agent's cancel marks
+_STARTED, _STOP_AT, _CANCEL_KEY, _NO_STOP = 24, 32, 40, (1 << 63) - 1
 _monotonic = time.monotonic
 
 FLUSH_AFTER_S = 0.002     # a result waits at most this long for company before it is sent
@@ -103,6 +106,10 @@ class WorkerContext:
         self.burst = 0              # sub-tasks the running greenlet submitted since switched in
         self.trace = False          # the agent asked for times: results carry start and end
         self.t_start: dict[int, float] = {}  # traced: agent task -> time.time() it started
+        self.lock: Any = None       # shared with the agent (agent.pool): claims of queued tasks
+        self.cancel_seen = 0        # the last CANCEL of queued tasks read
+        self.owner: int | None = None  # the client of its tasks (the agent binds a worker
+        # to one client; shoal.shared files constants per client)
 
     # ---- sending ------------------------------------------------------------------
     def _send(self, msg: list[Any]) -> None:
@@ -146,14 +153,16 @@ class WorkerContext:
                       file=sys.stderr)
                 continue
             kind = msg[0]
-            if kind == P.WELCOME:
-                self.encoder = Encoder(msg[1]["origin"])
+            if kind == P.WELCOME:  # (again after a new head: the wrap of sub-tasks stays)
+                self.encoder = Encoder(msg[1]["origin"], self.encoder.wrap)
                 self.capacity = 1 + max(0, int(msg[1]["prefetch"]))
                 self.trace = bool(msg[1].get("trace"))
             elif kind == P.TASKS:
                 specs = msg[1]
                 if msg[2]:
                     self.func_blobs.update(msg[2])
+                if specs and self.owner is None:  # the client whose tasks this worker runs
+                    self.owner = specs[0][P.T_OWNER] if len(specs[0]) > P.T_OWNER else None
                 self.queue.extend(specs)
             elif kind == P.RESULTS:
                 children = self.children
@@ -163,6 +172,9 @@ class WorkerContext:
                         deliver(fut, item[1], item[2])
             elif kind == P.CANCEL:
                 self._drop_queued(set(msg[2]))
+                if msg[1] and self.lock is not None:
+                    self.cancel_seen = msg[1]
+                    self._release_stop()
             elif kind == P.RETURN:
                 self._give_back()
             elif kind == P.SHUTDOWN:
@@ -200,6 +212,8 @@ class WorkerContext:
                     if self.running_slot is not None and self.running_slot[self.slot_offset + 16]:
                         self._give_back()
                         break
+                    if self.lock is not None and not self._claim(self.queue[0]):
+                        continue  # the agent cancelled it (or one before it): look again
                     if self.out_results and self._maybe_slow(self.queue[0]):
                         self.flush()  # finished results must not wait behind a long task
                     self._start(self.queue.popleft())
@@ -210,6 +224,34 @@ class WorkerContext:
                     or time.monotonic() - self.first_unsent > FLUSH_AFTER_S
                 ):
                     self.flush()
+
+    def _claim(self, spec: list[Any]) -> bool:
+        """Record that the queued task ``spec`` starts now, unless the agent is cancelling
+        it or one queued before it (STOP_AT, see agent.pool): then read that CANCEL first
+        (it is on its way) and return False."""
+        slot, off, lock = self.running_slot, self.slot_offset, self.lock
+        seq = spec[P.T_SEQ]
+        lock.acquire()
+        if seq < _unpack_q(slot, off + _STOP_AT)[0]:
+            _pack_into("q", slot, off + _STARTED, seq)
+            lock.release()
+            return True
+        lock.release()
+        while self.running and not self._release_stop():
+            self._recv_all(10)
+        return False
+
+    def _release_stop(self) -> bool:
+        """Lift STOP_AT once the last CANCEL the agent numbered was read (True then)."""
+        slot, off, lock = self.running_slot, self.slot_offset, self.lock
+        lock.acquire()
+        try:
+            if self.cancel_seen >= _unpack_q(slot, off + _CANCEL_KEY)[0]:
+                _pack_into("q", slot, off + _STOP_AT, _NO_STOP)
+                return True
+            return False
+        finally:
+            lock.release()
 
     def _maybe_slow(self, spec: list[Any]) -> bool:
         """False only for a function that ran here TRUST_RUNS times, in under FLUSH_AFTER_S
@@ -323,7 +365,7 @@ class WorkerContext:
             out = _dumps(value, protocol=5)
         except Exception:  # noqa: BLE001
             try:
-                out = cloudpickle.dumps(value, protocol=5)
+                out = dumps(value)
             except Exception as exc:  # noqa: BLE001
                 err = TypeError(f"the result of the task cannot be sent back: {exc}")
                 self._result(tid, P.ERR, exception_payload(err, ""), failure_info(err))
@@ -400,7 +442,12 @@ class WorkerContext:
 
         return results()
 
-    def _cancel(self, futs: list[ShoalFuture]) -> bool:
+    def _started(self, futs: list[ShoalFuture]) -> bool:
+        """``running()`` of a sub-task: known for those kept and started in this process
+        (a sub-task that left it is not asked after: False)."""
+        return futs[0].tid in self.local_tids
+
+    def _cancel(self, futs: list[ShoalFuture], queued_only: bool = True) -> bool:
         # Sub-tasks not yet sent can be dropped here; sent ones are owned by the head.
         tids = {f.tid for f in futs}
         before = len(self.out_submit) + len(self.local)
@@ -481,7 +528,7 @@ def _satisfied(futs: list[cf.Future], return_when: str) -> bool:
 
 def worker_main(endpoint: str, key: bytes, ident: bytes,
                 sys_path: list[str] | None = None, running_slot: Any = None,
-                slot_offset: int = 0) -> None:
+                slot_offset: int = 0, lock: Any = None) -> None:
     """Entry point of a worker process (forked by its agent)."""
     # The agent's handlers came with the fork: a worker dies of SIGTERM (its parent-death
     # signal) at once, and Ctrl-C belongs to the agent, which stops its workers in order.
@@ -507,6 +554,8 @@ def worker_main(endpoint: str, key: bytes, ident: bytes,
     codec = P.Codec(key)
     wc = WorkerContext(sock, codec)
     wc.running_slot, wc.slot_offset = running_slot, slot_offset
+    if running_slot is not None:
+        wc.lock = lock
     context.enter_worker(wc)
     _patch_stdlib_waits()
     try:

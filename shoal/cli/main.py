@@ -23,6 +23,9 @@ COMMANDS: dict[str, str] = {
     "info": "info",        # show the allocation, this node, launchers, address
     "trace": "trace",      # report on a trace file (`shoal head --trace FILE`)
     "report": "trace",     # the HTML report of a trace file
+    "serve": "serve",      # HTTP service running submitted scripts in sandboxes
+    "submit": "submit",    # client of `shoal serve`: send a script, fetch its results
+    "status": "status",    # a running head's agents, queue and recent failures
 }
 
 

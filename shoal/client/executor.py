@@ -30,6 +30,7 @@ import zmq
 
 from shoal.client import options as O
 from shoal.client.link import HEARTBEAT_S, TIMEOUT_S, HeadLink
+from shoal.client.progress import MapProgress, progress_delay, progress_setting
 from shoal.client.workerinit import wrapper as init_wrapper
 from shoal.task.codec import EncodeError, Encoder
 from shoal.task.command import Command
@@ -116,6 +117,18 @@ class Executor(HeadLink, cf.Executor):
     :param min_agents: wait (up to ``start_timeout``) until this many agents have joined
         before returning, so the first tasks spread over all of them (see
         :meth:`wait_for_agents`).
+    :param prolog: shell script each agent sources at its start, on its node; its workers
+        and commands inherit the environment it exports (SCOOP's ``--prolog``; see
+        :mod:`shoal.launch.workenv`). A failing one is a one-line ``PrologError``.
+    :param pythonpath: directories put first on the workers' import path and the agents'
+        ``PYTHONPATH`` (one, a ``"a:b"`` string, or a list), not on this process's.
+    :param workdir: the directory agents, their workers and commands run in (default:
+        this one; a command's ``cwd=`` wins).
+    :param progress: a live progress line on stderr for each :meth:`map` (done, running,
+        failed, queued, rate, ETA; :mod:`shoal.client.progress`): ``None`` (default) when
+        stderr is a terminal and the map has not finished within a second and a half
+        (``SHOAL_PROGRESS=0``/``1`` in the environment: never/always), ``True`` always,
+        ``False`` never; ``map(progress=)`` overrides it.
     """
 
     def __init__(
@@ -142,6 +155,10 @@ class Executor(HeadLink, cf.Executor):
         gpus: int | None = None,
         memory: int | str | None = None,
         min_agents: int | None = None,
+        prolog: str | os.PathLike[str] | None = None,
+        pythonpath: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
+        workdir: str | os.PathLike[str] | None = None,
+        progress: bool | None = None,
     ) -> None:
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, not {schedule!r}")
@@ -188,6 +205,10 @@ class Executor(HeadLink, cf.Executor):
             if gpus is not None or memory is not None:
                 raise ValueError("gpus= and memory= describe the local agent: with connect=, give "
                                  "them to each `shoal agent` (--gpus, --memory)")
+            if prolog is not None or pythonpath is not None or workdir is not None:
+                raise ValueError("prolog=, pythonpath= and workdir= set up the agents this "
+                                 "executor starts: with connect=, set up each agent's environment "
+                                 "where you start it")
         if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
             raise ValueError(f"gpus must be an int >= 0, not {gpus!r}")
         if memory is not None:
@@ -195,15 +216,18 @@ class Executor(HeadLink, cf.Executor):
         if min_agents is not None:
             O.count_value(min_agents, "min_agents")
         self._static = schedule == "static"
+        self._progress = progress_setting(progress)
         self._cluster = None
         if connect is None:  # the local default, or the whole allocation this runs in
             from shoal.launch.runtime import start_runtime
+            from shoal.launch.workenv import WorkerEnv
 
             self._cluster = start_runtime(
                 workers=workers, slots=slots, prefetch=prefetch,
                 heartbeat_timeout=heartbeat_timeout, crash_limit=crash_limit,
                 journal=journal, allocation=allocation, launcher=launcher, interface=interface,
-                gpus=gpus, memory=memory, trace=trace, probe=_JoinProbe)
+                gpus=gpus, memory=memory, trace=trace, probe=_JoinProbe,
+                worker_env=WorkerEnv.make(prolog, pythonpath, workdir))
             conn = self._cluster.connection
             self._slots = self._cluster.slots
         else:
@@ -220,6 +244,7 @@ class Executor(HeadLink, cf.Executor):
         self._requests: list[tuple[list[Any], threading.Event, list[Any]]] = []
         self._req_ids = itertools.count(1)
         self._waiting_replies: dict[int, tuple[threading.Event, list[Any]]] = {}
+        self._cancelling: dict[int, threading.Event] = {}  # tid -> its cancel() in flight
         self._journal = journal is not None  # or a `shoal head --journal` says so on WELCOME
         self._heartbeat_s = HEARTBEAT_S
         self._timeout_s = TIMEOUT_S
@@ -235,6 +260,7 @@ class Executor(HeadLink, cf.Executor):
         self._io_sleeping = False
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._welcome = threading.Event()
+        self._client_num: int | None = None  # from WELCOME: shoal.shared files constants by it
         self._terminated = threading.Event()
         self._encoder: Encoder | None = None
         self._ctx = zmq.Context()
@@ -280,13 +306,16 @@ class Executor(HeadLink, cf.Executor):
         *iterables: Iterable[Any],
         timeout: float | None = None,
         chunksize: int | None = None,
+        progress: bool | None = None,
     ) -> Iterator[Any]:
         """Like :meth:`concurrent.futures.Executor.map`; results in order.
 
         ``chunksize=None`` groups items so each slot gets about four chunks (what
         ``multiprocessing.Pool.map`` does); ``chunksize=1`` sends one task per item.
+        ``progress``: show a live progress line on stderr (see the executor's
+        ``progress``; None: the executor's setting).
         """
-        return self._map(fn, iterables, timeout, chunksize, (), 1, None, self._opts)
+        return self._map(fn, iterables, timeout, chunksize, (), 1, None, self._opts, progress)
 
     def options(
         self,
@@ -421,6 +450,16 @@ class Executor(HeadLink, cf.Executor):
         """Counters of the head: agents, slots, queued/live/completed tasks."""
         return self._request([P.STATS], timeout)[0]
 
+    def status(self, failures: int = 20, agents: bool = True, timeout: float = 10.0) -> dict[str, Any]:
+        """The head's view now, as ``shoal status`` shows it (docs/status.md): :meth:`stats`
+        plus tasks running and dispatched, the queue (``ready``, ``waiting`` on
+        dependencies, in retry ``backoff``), ``failed`` tasks, the completion ``rate``
+        (tasks/s over ~10 s), each agent's load (``agent_list``, when ``agents``) and the
+        newest ``failures`` failed attempts (task, agent, attempt, why, time)."""
+        O.retries_value(failures, "failures")  # an int >= 0
+        return self._request([P.STATS, None, {"failures": failures, "agents": bool(agents)}],
+                             timeout)[0]
+
     @property
     def journal_keys(self) -> bool:
         """True when this run has a journal (``journal=``, or a ``shoal head --journal``
@@ -478,8 +517,10 @@ class Executor(HeadLink, cf.Executor):
     def _map(self, fn: Callable[..., Any], iterables: tuple[Iterable[Any], ...],
              timeout: float | None, chunksize: int | None,
              after: tuple[cf.Future, ...], cores: int, place: list[Any] | None,
-             opts: dict[str, Any] | None) -> Iterator[Any]:
+             opts: dict[str, Any] | None, progress: bool | None = None) -> Iterator[Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
+        # seconds before the progress line shows (None: no progress line)
+        delay = progress_delay(self._progress if progress is None else progress_setting(progress))
         items = list(zip(*iterables, strict=False))
         if chunksize is None:
             chunksize = max(1, math.ceil(len(items) / (4 * max(1, self._slots))))
@@ -524,7 +565,10 @@ class Executor(HeadLink, cf.Executor):
             self._io_sleeping = False
         if wake_io:
             os.eventfd_write(self._efd, 1)
-        return _results(futs, deadline, chunksize > 1)
+        view = None
+        if delay is not None and futs:  # off (None) unless on a terminal, or asked for
+            view = MapProgress(self, futs, chunksize, len(items), fn, delay)
+        return _results(futs, deadline, chunksize > 1, view)
 
     # ---- owner hooks used by ShoalFuture ----------------------------------------------------
     def _cancel(self, futs: list[ShoalFuture], queued_only: bool = False,
@@ -554,16 +598,44 @@ class Executor(HeadLink, cf.Executor):
         remote = tids - removed - keep
         if not remote:
             return bool(removed)
+        if len(futs) == 1:  # one cancel() per task at a time: the others take its answer
+            with self._lock:
+                ev = self._cancelling.get(futs[0].tid)
+                if ev is None:
+                    self._cancelling[futs[0].tid] = threading.Event()
+            if ev is not None:
+                ev.wait(35.0)
+                return futs[0].cancelled()
         try:
             msg = [P.CANCEL, None, sorted(remote), True] if queued_only else [P.CANCEL, None, sorted(remote)]
-            done = set(self._request(msg, 30.0)[0])
+            try:
+                done = set(self._request(msg, 30.0)[0])
+            except ExecutorError:
+                return bool(removed)
+            for t in done:
+                self._futures.pop(t, None)
+            if len(futs) > 1:  # bulk (shutdown): mark what the head dropped
+                return bool(done or removed)
+            if futs[0].tid in done:
+                futs[0]._settle(None, None, cancelled=True)  # before the others read it
+                return True
+            if queued_only:  # the answer is exact: it started (or just finished)
+                futs[0]._mark_running()
+            return False
+        finally:
+            if len(futs) == 1:
+                with self._lock:
+                    ev = self._cancelling.pop(futs[0].tid, None)
+                if ev is not None:
+                    ev.set()
+
+    def _started(self, futs: list[ShoalFuture]) -> bool:
+        """Whether the task of ``futs[0]`` has started (``Future.running()``): asks the
+        head, which asks the agent holding it. False when nobody can tell."""
+        try:
+            return futs[0].tid in set(self._request([P.STATE, None, [futs[0].tid]], 30.0)[0])
         except ExecutorError:
-            return bool(removed)
-        for t in done:
-            self._futures.pop(t, None)
-        if len(futs) > 1:  # bulk (shutdown): mark what the head dropped
-            return bool(done or removed)
-        return futs[0].tid in done
+            return False
 
     def _finish_later(self) -> None:
         outstanding = [f for f in list(self._futures.values()) if not f.done()]
@@ -638,7 +710,7 @@ class _Options:
                                 self._opts, self._key)
 
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any], timeout: float | None = None,
-            chunksize: int | None = None) -> Iterator[Any]:
+            chunksize: int | None = None, progress: bool | None = None) -> Iterator[Any]:
         """Like :meth:`Executor.map`, with these options (not ``key``: it names one task)."""
         if self._key is not None:
             raise ValueError("options(key=...) names one task: use it with submit, not map")
@@ -646,7 +718,7 @@ class _Options:
             raise ValueError("ranks= runs a Command through MPI: use it with submit(Command(...)), "
                              "not map")
         return self._ex._map(fn, iterables, timeout, chunksize, self._after, self._cores,
-                             self._place, self._opts)
+                             self._place, self._opts, progress)
 
 
 def _dep_ids(ex: Any, after: tuple[cf.Future, ...]) -> tuple[list[int], BaseException | None]:
@@ -671,9 +743,11 @@ def _wait_all(futs: list[ShoalFuture]) -> None:
         f._wait(None)
 
 
-def _results(futs: list[ShoalFuture], deadline: float | None, chunked: bool) -> Iterator[Any]:
+def _results(futs: list[ShoalFuture], deadline: float | None, chunked: bool,
+             view: MapProgress | None = None) -> Iterator[Any]:
     """The values of ``futs`` in order. Holds no reference to a value it handed out, nor
-    to a future it took the value from (as concurrent.futures' map)."""
+    to a future it took the value from (as concurrent.futures' map). ``view``: the map's
+    progress line, closed when the caller is done with the results."""
     try:
         futs.reverse()  # take from the end: results in order, finished futures freed
         while futs:
@@ -685,6 +759,8 @@ def _results(futs: list[ShoalFuture], deadline: float | None, chunked: bool) -> 
             else:
                 yield _take(futs, deadline)
     finally:
+        if view is not None:
+            view.close()
         left_over = [f for f in futs if not f.done()]
         if left_over:  # the caller stopped early (error, timeout, close): drop the rest at once
             owner = left_over[0]._owner

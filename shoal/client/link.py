@@ -61,6 +61,7 @@ class HeadLink:
     _timeout_s: float
     _journal: bool
     _welcome: threading.Event
+    _client_num: int | None
 
     def _request(self, msg: list[Any], timeout: float) -> list[Any]:
         ev = threading.Event()
@@ -160,7 +161,7 @@ class HeadLink:
                             fut = r = None  # this thread must not keep a result alive
                             if broken is not None:
                                 self._break(broken)
-                        elif kind in (P.CANCEL, P.STATS, P.AGENTS):
+                        elif kind in (P.CANCEL, P.STATS, P.AGENTS, P.STATE):
                             waiter = self._waiting_replies.pop(msg[1], None)
                             if waiter is not None:
                                 waiter[1].append(msg[2])
@@ -168,6 +169,7 @@ class HeadLink:
                         elif kind == P.WELCOME:
                             info = msg[1]
                             self._encoder = Encoder(info["origin"], self._wrap)
+                            self._client_num = info.get("num")  # shoal.shared's namespace
                             if not self._slots:
                                 self._slots = int(info.get("slots") or 0)
                             beat = self._heartbeat_s = float(info.get("heartbeat_s") or HEARTBEAT_S)

@@ -7,6 +7,12 @@ outlives executors and serves several, so the functions an executor sends are wr
 only check a dict. A failed initializer fails every task of that executor in that process
 with :class:`~shoal.task.future.InitializerError` (the client then breaks the executor).
 
+Sub-tasks (submitted by the executor's tasks, at any depth) are wrapped the same way: when
+a worker unpickles a wrapped function, it makes its own sub-task encoder wrap with the same
+initializer, token and key (a worker runs one client's tasks only: the agent replaces a
+worker before it takes another client's task), so a worker that runs only sub-tasks has
+run the initializer before the first of them.
+
 Manager proxies (``multiprocessing.Manager().list()``...) passed to tasks connect back to
 their manager with the process's ``multiprocessing`` authkey, which a worker does not
 share with the caller. The executor of a runtime it started itself sends the caller's
@@ -51,8 +57,9 @@ class _AuthKey:
         return (_set_authkey, (self.key,))
 
 
-def _set_authkey(key: bytes) -> None:
+def _set_authkey(key: bytes) -> bytes:
     multiprocessing.current_process().authkey = key
+    return key
 
 
 class _WithKey:
@@ -67,7 +74,8 @@ class _WithKey:
         return (_second, (self.key, self.fn))  # arguments unpickle in order: the key first
 
 
-def _second(_key: None, fn: Callable[..., Any]) -> Callable[..., Any]:
+def _second(key: bytes | None, fn: Callable[..., Any]) -> Callable[..., Any]:
+    _inherit(None, (), "", key)
     return fn
 
 
@@ -106,6 +114,18 @@ class Initialized:
         return getattr(self.fn, "__qualname__", None) or repr(self.fn)
 
 
-def _initialized(_key: None, fn: Callable[..., Any], token: str,
+def _initialized(key: bytes | None, fn: Callable[..., Any], token: str,
                  initializer: Callable[..., object], initargs: tuple[Any, ...]) -> Initialized:
+    _inherit(initializer, initargs, token, key)
     return Initialized(fn, token, initializer, initargs)
+
+
+def _inherit(initializer: Callable[..., object] | None, initargs: tuple[Any, ...], token: str,
+             key: bytes | None) -> None:
+    """In a worker: its sub-tasks get the wrap of the executor whose function arrived."""
+    from shoal.task import context
+
+    wc = context.current()
+    enc = getattr(wc, "encoder", None)
+    if enc is not None and enc.wrap is None:
+        enc.wrap = wrapper(initializer, initargs, token, key)

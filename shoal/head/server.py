@@ -20,6 +20,8 @@ import zmq
 from shoal._sys import alive
 from shoal.head.core import T_FID, T_KIND, Decisions, SchedulerCore
 from shoal.head.journal import Journal, JournalError
+from shoal.head.need import DISPATCHED
+from shoal.head.status import StatusBook
 from shoal.trace.store import RETURNED, Recorder
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
@@ -108,6 +110,7 @@ class Head:
                      self.journal.run, self.journal.resumable)
         # trace (shoal.trace.store): None when off, and then nothing of it runs
         self.tracer = Recorder(trace, conn.run_id) if trace else None
+        self.status = StatusBook()  # `shoal status`: recent failures, counters, rate
         self.conn = conn
         self.sessions = HeadSessions(conn.key)  # per-connection keys and sequence numbers
         self.timeout_s = heartbeat_timeout or TIMEOUT_S
@@ -144,6 +147,7 @@ class Head:
         self.running = True
         self.bad_messages = 0
         self._cancels: dict[int, list[Any]] = {}   # key -> [client, req, done, agents, t]
+        self._asks: dict[int, list[Any]] = {}      # STATE: key -> [client, req, started, agents]
         self._cancel_seq = 0
         self._out_tasks: dict[bytes, list[Any]] = defaultdict(list)
         self._out_results: dict[bytes, list[Any]] = defaultdict(list)
@@ -189,6 +193,7 @@ class Head:
                     self._flush()
                 if now >= next_beat:
                     next_beat = now + self.heartbeat_s
+                    self.status.sample(now, self.core.completed)
                     self._beat(now)
         finally:
             self._stop_agents()
@@ -226,7 +231,10 @@ class Head:
         if kind == P.RESULTS:
             if self.tracer is not None:  # trace: before the core reuses the items
                 self.tracer.results(ident, msg[1])
+            failed = self.status.results(self.core, ident, msg[1])  # before the core reuses them
             self._apply(self.core.finished(ident, msg[1]))
+            if failed:
+                self.status.settle(self.core, failed)
         elif kind == P.SUBMIT:
             funcs = msg[2]
             if funcs:
@@ -239,6 +247,8 @@ class Head:
                             if other.role == "agent":
                                 self._out_tasks.setdefault(aid, [])
             specs, keys = msg[1], None
+            if len(msg) > 4:  # function names: failures in `shoal status` name them
+                self.status.add_names(msg[4])
             if self.journal is not None:  # journal: answer keys that finished OK before
                 specs, keys = self._journal_submit(peer, specs, msg[4] if len(msg) > 4 else None)
             d = self.core.submit(specs, ident, static=bool(msg[3]), keys=keys,
@@ -269,6 +279,18 @@ class Head:
                 self.tracer.cancelled(done)
             on_agents, d.revoke = d.revoke, {}
             self._apply(d)
+            for agent in list(on_agents):  # not sent yet: dropped here, never to run
+                taken = self._take_unsent(agent, on_agents[agent])
+                if taken:
+                    if self.tracer is not None:
+                        self.tracer.cancelled(taken)
+                    self._apply(self.core.cancelled_on_agent(agent, taken))
+                    done.extend(taken)
+                    left = set(on_agents[agent]) - set(taken)
+                    if left:
+                        on_agents[agent] = sorted(left)
+                    else:
+                        del on_agents[agent]
             if not on_agents:
                 self._send(ident, [P.CANCEL, req, done])
                 return
@@ -279,8 +301,12 @@ class Head:
             queued_only = bool(len(msg) > 3 and msg[3])
             for agent, agent_tids in on_agents.items():
                 self._send(agent, [P.CANCEL, key, agent_tids, queued_only])
+        elif kind == P.STATE:
+            self._state(ident, peer.role, msg[1], msg[2])
         elif kind == P.STATS:
-            self._send(ident, [P.STATS, msg[1], self.stats()])
+            # with a detail field: what `shoal status` shows (shoal.head.status)
+            self._send(ident, [P.STATS, msg[1], self.stats() if len(msg) < 3
+                               else self.status.snapshot(self, msg[2])])
         elif kind == P.AGENTS:
             self._send(ident, [P.AGENTS, msg[1], self.agents()])
         elif kind == P.HEARTBEAT:
@@ -352,6 +378,53 @@ class Head:
         self._apply(self.core.resume())
         self._flush()
 
+    def _state(self, ident: bytes, role: str, req: int, tids: list[int]) -> None:
+        """STATE (``Future.running()``): which of a client's tasks have started. Those not
+        dispatched (or still in this turn's TASKS) have not; the agents holding the others
+        are asked, and answer at once from their workers' shared records."""
+        if role == "agent":
+            ask = self._asks.get(req)
+            if ask is not None:
+                ask[2].extend(tids)
+                ask[3].discard(ident)
+                if not ask[3]:
+                    del self._asks[req]
+                    self._send(ask[0], [P.STATE, ask[1], ask[2]])
+            return
+        on_agents: dict[bytes, list[int]] = {}
+        for tid in tids:
+            task = self.core.tasks.get(tid)
+            if task is not None and task.owner == ident and task.state == DISPATCHED \
+                    and task.agent is not None:
+                on_agents.setdefault(task.agent, []).append(tid)
+        for agent in list(on_agents):
+            out = self._out_tasks.get(agent)
+            if out:
+                unsent = {s[P.T_ID] for s in out}
+                on_agents[agent] = [t for t in on_agents[agent] if t not in unsent]
+            if not on_agents[agent] or agent not in self.peers:
+                del on_agents[agent]
+        if not on_agents:
+            self._send(ident, [P.STATE, req, []])
+            return
+        self._cancel_seq += 1
+        key = self._cancel_seq
+        self._asks[key] = [ident, req, [], set(on_agents)]
+        for agent, agent_tids in on_agents.items():
+            self._send(agent, [P.STATE, key, agent_tids])
+
+    def _take_unsent(self, agent: bytes, tids: list[int]) -> list[int]:
+        """Take tasks of ``tids`` out of this turn's TASKS to ``agent``: a CANCEL sent now
+        would reach the agent before them."""
+        out = self._out_tasks.get(agent)
+        if not out:
+            return []
+        want = set(tids)
+        taken = [s[P.T_ID] for s in out if s[P.T_ID] in want]
+        if taken:
+            out[:] = [s for s in out if s[P.T_ID] not in want]
+        return taken
+
     def _agent_cancelled(self, agent: bytes, key: int, tids: list[int]) -> None:
         if self.tracer is not None and tids:
             self.tracer.closed(agent, tids, P.CANCELLED, "cancelled")
@@ -379,9 +452,14 @@ class Head:
                 state = self.core.agents.get(ident)
                 self.tracer.agent_leaving(ident, reason, lost, state.running if state else (),
                                           state.holds if state else ())
+            failed = self.status.agent_lost(self.core, ident, reason) if lost else None
             self._apply(self.core.remove_agent(ident, reason, lost=lost))
+            if failed:
+                self.status.settle(self.core, failed)
             for key in [k for k, c in self._cancels.items() if ident in c[3]]:
                 self._agent_cancelled(ident, key, [])
+            for key in [k for k, c in self._asks.items() if ident in c[3]]:
+                self._state(ident, "agent", key, [])
         else:
             if self.tracer is not None:  # trace: before the core drops its tasks
                 self.tracer.client_leaving(ident, peer.num, reason)
@@ -445,14 +523,19 @@ class Head:
             now = time.monotonic()
             for delay, tid in d.later:
                 heapq.heappush(self._later, (now + delay, tid))
+        # revoked before this turn's new dispatches are queued: an attempt not sent yet
+        # stays here, and a new attempt of the same task (MPI, agent lost) still leaves
+        for agent, tids in d.revoke.items():
+            taken = set(self._take_unsent(agent, tids))
+            left = [t for t in tids if t not in taken] if taken else tids
+            if left:
+                self._send(agent, [P.CANCEL, 0, left])
         for agent, specs in d.dispatch.items():
             self._out_tasks[agent].extend(specs)
         for owner, items in d.resolve.items():
             self._out_results[owner].extend(items)
         if self.tracer is not None and d.resolve:
             self.tracer.resolved(d.resolve)
-        for agent, tids in d.revoke.items():
-            self._send(agent, [P.CANCEL, 0, tids])
         if d.done_keys and self.journal is not None:  # journal: buffered, see _flush
             self.journal.finished(d.done_keys)
 

@@ -39,6 +39,7 @@ from typing import Any, Protocol
 from shoal.launch.allocation import Allocation, Node
 from shoal.launch.launchers import Launch, Launcher, default_launcher, get_launcher
 from shoal.launch.local import head_policy_args
+from shoal.launch.workenv import WorkerEnv
 from shoal.task.errors import ExecutorError
 from shoal.transport.connfile import Connection, host_address
 
@@ -123,6 +124,9 @@ class AllocationCluster:
     :param join_timeout: seconds every agent may take to join.
     :param probe: ``probe(connection_file, timeout)`` opens a client of the head that lists
         the agents joined so far (the Executor passes one of its own kind).
+    :param worker_env: each node's agent runs its prolog and takes its import path and
+        directory (shoal.launch.workenv); a node whose prolog fails is named, as one that
+        cannot reach the head.
     """
 
     def __init__(self, allocation: Allocation, launcher: Launcher | str | None = None, *,
@@ -131,7 +135,8 @@ class AllocationCluster:
                  heartbeat_timeout: float | None = None, crash_limit: int | None = None,
                  journal: str | None = None, trace: str | None = None,
                  join_timeout: float = JOIN_TIMEOUT,
-                 quiet: bool = False, probe: Callable[[str, float], JoinProbe]) -> None:
+                 quiet: bool = False, probe: Callable[[str, float], JoinProbe],
+                 worker_env: WorkerEnv | None = None) -> None:
         if not allocation.nodes:
             raise ClusterError(f"{allocation.kind} allocation from {allocation.source}: no nodes")
         if isinstance(launcher, str):
@@ -175,6 +180,8 @@ class AllocationCluster:
                  "--head-address-from", how, "--quiet"]
         if workers is not None:
             agent += ["--workers", str(workers)]
+        if worker_env is not None:
+            agent += worker_env.node_args()
         env = {k: os.environ[k] for k in FORWARDED if os.environ.get(k)}
         self.launches: list[Launch] = self.launcher.launches(nodes, agent, env)
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -555,6 +562,10 @@ def node_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--head-address-from", metavar="HOW",
                     help="how the head chose its address (for the message when it is unreachable)")
     ap.add_argument("--sys-path", help="JSON list of import paths for the workers")
+    ap.add_argument("--prolog", help="shell script whose environment the agent takes (workenv)")
+    ap.add_argument("--pythonpath", action="append", default=[],
+                    help="a directory put first on the workers' import path (repeatable)")
+    ap.add_argument("--workdir", help="the directory the agent and its workers run in")
     ap.add_argument("--exit-zero", action="store_true",
                     help="exit 0 after reporting a failure (mpirun ends every rank otherwise)")
     # everything else (before or after a "--") is the agent's: --slots, --gpus, --workers
@@ -579,11 +590,25 @@ def node_main(argv: Sequence[str] | None = None) -> int:
         if err is not None:
             return fail(_unreachable(conn.address, node, err, time.monotonic() - t0,
                                      args.head_address_from))
+    sys_path = args.sys_path
+    wenv = WorkerEnv.make(args.prolog, args.pythonpath or None, args.workdir)
+    if wenv is not None:
+        from shoal.launch.workenv import PrologError, apply_environment
+
+        try:
+            if wenv.workdir is not None:
+                os.chdir(wenv.workdir)
+            apply_environment(wenv.environment(os.environ, node))
+        except OSError as exc:
+            return fail(f"cannot change to the directory {wenv.workdir}: {exc.strerror}")
+        except PrologError as exc:
+            return fail(str(exc))
+        sys_path = json.dumps(wenv.sys_path(json.loads(sys_path) if sys_path else []))
     # tasks of this agent that make an Executor() get the local default, not the allocation
     os.environ["SHOAL_NODE"] = node
     from shoal.agent.__main__ import main as agent_main
 
-    extra = ["--sys-path", args.sys_path] if args.sys_path else []
+    extra = ["--sys-path", sys_path] if sys_path else []
     return agent_main(["--connection", args.connection, "--name", node, *extra, *rest])
 
 

@@ -16,8 +16,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
 from shoal.transport.connfile import Connection
+
+if TYPE_CHECKING:
+    from shoal.launch.workenv import WorkerEnv
 
 EXIT_HEAD_LOST = 3  # the agent's exit status when it lost its head (shoal.agent.headlink)
 AGENT_GRACE_S = 0.2  # how long stop() lets the agent exit on its own once the head is gone
@@ -29,13 +33,22 @@ class LocalCluster:
     ``heartbeat_timeout``, ``crash_limit`` and ``journal`` become the head's
     ``--heartbeat-timeout``, ``--crash-limit`` and ``--journal`` (only when given);
     ``gpus`` and ``memory`` (bytes) the agent's ``--gpus`` and ``--memory`` (only when
-    given: otherwise the agent detects its GPUs and does not count memory).
+    given: otherwise the agent detects its GPUs and does not count memory);
+    ``worker_env`` the agent's prolog, extra import path and directory
+    (shoal.launch.workenv): the prolog runs here, before anything starts, so a failing
+    one is a one-line PrologError.
     """
 
     def __init__(self, workers: int | None = None, slots: int | None = None, prefetch: int = 1,
                  *, heartbeat_timeout: float | None = None, crash_limit: int | None = None,
                  journal: str | None = None, gpus: int | None = None,
-                 memory: int | None = None, trace: str | None = None) -> None:
+                 memory: int | None = None, trace: str | None = None,
+                 worker_env: WorkerEnv | None = None) -> None:
+        agent_env, agent_cwd = None, None
+        if worker_env is not None:
+            worker_env.check_local()
+            agent_env = worker_env.environment(os.environ, "this machine")
+            agent_cwd = worker_env.workdir
         ncpu = os.cpu_count() or 1
         if slots is None:
             slots = workers if workers else ncpu
@@ -52,7 +65,8 @@ class LocalCluster:
         me = str(os.getpid())
         py = sys.executable
         # Workers must import what the caller imports: hand them its sys.path.
-        path = json.dumps([p for p in sys.path if p and os.path.isdir(p)] or [os.getcwd()])
+        path = [p for p in sys.path if p and os.path.isdir(p)] or [os.getcwd()]
+        path = json.dumps(worker_env.sys_path(path) if worker_env is not None else path)
         common = dict(start_new_session=True, close_fds=True, stdin=subprocess.DEVNULL)
         policy = head_policy_args(heartbeat_timeout, crash_limit, journal, trace)
         resources: list[str] = []
@@ -68,7 +82,7 @@ class LocalCluster:
         # The agent reads the connection from a pipe, not the file: the head removes the
         # file's directory when it exits, which an executor shut down at once can make
         # happen before the agent has even started reading.
-        agent_common = {**common, "stdin": subprocess.PIPE}
+        agent_common = {**common, "stdin": subprocess.PIPE, "env": agent_env, "cwd": agent_cwd}
         self.agent = subprocess.Popen(
             [py, "-m", "shoal.agent", "--connection", "/dev/stdin", "--owner-pid", me,
              "--slots", str(slots), "--workers", str(self.workers), "--sys-path", path,

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from shoal.launch.allocation import Allocation
     from shoal.launch.cluster import JoinProbe
     from shoal.launch.launchers import Launcher
+    from shoal.launch.workenv import WorkerEnv
 
     JoinProbeFactory = Callable[[str, float], JoinProbe]
 
@@ -24,7 +25,8 @@ def start_runtime(*, workers: int | None = None, slots: int | None = None, prefe
                   launcher: Launcher | str | None = None, interface: str | None = None,
                   env: Mapping[str, str] | None = None, gpus: int | None = None,
                   memory: int | None = None, trace: str | None = None,
-                  probe: JoinProbeFactory | None = None) -> Any:
+                  probe: JoinProbeFactory | None = None,
+                  worker_env: WorkerEnv | None = None) -> Any:
     """The runtime an ``Executor()`` without ``connect=`` starts: a
     ``shoal.launch.cluster.AllocationCluster`` over ``allocation`` (None: the one
     discovered, when this process owns it: not inside a Slurm job step, nor a task of
@@ -33,7 +35,8 @@ def start_runtime(*, workers: int | None = None, slots: int | None = None, prefe
     default, which imports nothing of the cluster path. ``gpus`` and ``memory`` are the
     local default's agent's; in an allocation each node's agent finds the job's itself.
     ``probe``: how the allocation's start-up sees its agents join (a client of the head:
-    the caller's, so that the launch layer needs nothing of the client's)."""
+    the caller's, so that the launch layer needs nothing of the client's). ``worker_env``:
+    the agents' prolog, import path and directory (shoal.launch.workenv)."""
     env = os.environ if env is None else env
     owner = not env.get("SLURM_STEP_ID") and not env.get("SHOAL_NODE")  # not a task's
     if allocation is None and (launcher is not None or interface is not None or owner):
@@ -52,7 +55,8 @@ def start_runtime(*, workers: int | None = None, slots: int | None = None, prefe
         return AllocationCluster(allocation, launcher, interface=interface, workers=workers,
                                  slots=slots, prefetch=prefetch,
                                  heartbeat_timeout=heartbeat_timeout, crash_limit=crash_limit,
-                                 journal=journal, trace=trace, probe=probe)
+                                 journal=journal, trace=trace, probe=probe,
+                                 worker_env=worker_env)
     if launcher is not None or interface is not None:
         from shoal.launch.cluster import ClusterError
 
@@ -60,4 +64,5 @@ def start_runtime(*, workers: int | None = None, slots: int | None = None, prefe
                            "(run inside a batch job, or give --hosts/--hostfile)")
     return LocalCluster(workers=workers, slots=slots, prefetch=prefetch,
                         heartbeat_timeout=heartbeat_timeout, crash_limit=crash_limit,
-                        journal=journal, gpus=gpus, memory=memory, trace=trace)
+                        journal=journal, gpus=gpus, memory=memory, trace=trace,
+                        worker_env=worker_env)

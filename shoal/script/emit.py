@@ -6,7 +6,7 @@ import os
 
 from .errors import Unsupported
 from .model import DEL, IN, INOUT, OUT, FileUse, Redirect, Stage, Step
-from .nodes import ALWAYS_OK, _key, _named, _text
+from .nodes import ALWAYS_OK, QUIET_DEVICES, _key, _named, _text
 from .parser import Node
 from .simfs import NOCLOBBER, PRESENT, RMTREE, SYMLINK, TREE, VIA
 
@@ -237,6 +237,8 @@ class EmitMixin:
                     continue
                 path = os.path.normpath(os.path.join(cwd, r.target))
                 if r.target.startswith("/dev/"):
+                    if r.target not in QUIET_DEVICES:  # /dev/full, /dev/tcp/...: can fail
+                        always_ok = False
                     continue
                 loc = (si, "r", ri)
                 if r.op in ("<",):
@@ -278,6 +280,27 @@ class EmitMixin:
     def _shown(self, path: str) -> str:
         return os.path.relpath(path, self.cwd) if path.startswith(self.workdir) else path
 
+    def _refuse_outside(self, step: Step, unsure: bool) -> None:
+        """--strict: a step may change nothing outside the working tree; the refusal names
+        the top-most path it would change (``rm -rf /usr`` names ``/usr``, not a file in it).
+        Paths are taken as :meth:`_check_and_apply` takes them: through symbolic links, and
+        ``rm -f`` of an absent path changes nothing."""
+        top = self.workdir
+        outside: list[tuple[str, str]] = []
+        for u in step.uses:
+            role = u.role
+            if role not in (OUT, INOUT, NOCLOBBER, DEL, TREE, RMTREE, SYMLINK):
+                continue
+            real, kind, _ = self.fs.lookup(u.path, follow=role in (OUT, INOUT, NOCLOBBER))
+            if role == RMTREE and kind is None and not unsure and real != "/":
+                continue
+            if not (real == top or real.startswith(top + os.sep)):
+                outside.append((real, role))
+        if outside:
+            path, role = min(outside, key=lambda o: (o[0].rstrip(os.sep).count(os.sep), o[0]))
+            verb = "removes" if role in (DEL, RMTREE) else "writes"
+            raise self.error(f"{verb} '{path}', outside the working tree {top} (--strict)")
+
     def _check_and_apply(self, step: Step, compound: bool) -> None:
         fs = self.fs
         written = fs.written
@@ -291,6 +314,8 @@ class EmitMixin:
         failing = False  # reads a file that does not exist
         missing: list[str] = []
         failing_stages: set[int] = set()  # in `a || b`: stages reading a missing file
+        if strict:  # first, so that the refusal names what the step would change there
+            self._refuse_outside(step, unsure)
         for d in step.mkdirs:  # first: cp -r / mv of a tree write below what they make
             if strict and not d.startswith(self.workdir):
                 raise self.error(f"creates '{d}', outside the working tree (--strict)")
@@ -361,10 +386,6 @@ class EmitMixin:
                 u.loc = None
                 if not unsure:
                     nowhere.append(u)
-            if strict and role in (OUT, INOUT, DEL, TREE, RMTREE, SYMLINK) and not (
-                    u.path == self.workdir or u.path.startswith(self.workdir + os.sep)):
-                raise self.error(f"writes '{u.path}', outside the working tree {self.workdir} "
-                                 "(--strict)")
         if failing or nowhere:
             # bash runs it and it fails: the program writes and removes nothing (cp, mv,
             # NCO check their inputs and targets first), only what a redirection opens

@@ -31,6 +31,7 @@ from .nodes import (
     ALWAYS_OK,
     CAPTURE_HELPERS,
     MAX_LOOP,
+    QUIET_DEVICES,
     STATIC_BUILTINS,
     Result,
     _Break,
@@ -599,6 +600,11 @@ class Interpreter(ExpandMixin, ArithMixin, TestMixin, BuiltinsMixin, EmitMixin):
                                                  if r.type == "file_redirect"
                                                  for c in r.children):
                 return True  # set -C: `> f` fails when f exists
+            for r in node.children:  # `echo x > /dev/full`: the device decides the status
+                if r.type == "file_redirect" and any(
+                        c.is_named and _text(c).startswith("/dev/") and
+                        _text(c) not in QUIET_DEVICES for c in r.children):
+                    return True
             return body is None or self._dynamic(body)
         if node.type == "pipeline":
             return True

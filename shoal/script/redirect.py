@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from .errors import Unsupported
 from .model import IN, Redirect, Stage
-from .nodes import STATIC_BUILTINS, _text
+from .nodes import QUIET_DEVICES, STATIC_BUILTINS, _text
 from .parser import Node
 
 
@@ -49,6 +50,7 @@ class RedirectMixin:
                     raise self.error(f"redirection '{r.render()}' of a builtin", Unsupported)
                 own.append(r)
             elif r.op in (">", ">>", ">|", "&>", "&>>") and r.fd in ("", "1", "2"):
+                _known_device(self, r, "a builtin")
                 own.append(r)
             else:
                 raise self.error(f"redirection '{r.render()}' of a builtin", Unsupported)
@@ -132,6 +134,8 @@ class RedirectMixin:
             if outs:
                 self._check_guard("redirection")
                 for r in outs:
+                    if r.op != ">&":
+                        _known_device(self, r, f"a whole '{body.type.replace('_', ' ')}'")
                     if r.op == ">&" or r.target.startswith("/dev/"):
                         continue
                     r.target = os.path.normpath(os.path.join(self.cwd, r.target))
@@ -182,3 +186,9 @@ class RedirectMixin:
                                  "of the script or block is redirected there", Unsupported)
         return status  # type: ignore[no-any-return]
 
+
+
+def _known_device(interp: Any, r: Redirect, what: str) -> None:
+    if r.target.startswith("/dev/") and r.target not in QUIET_DEVICES:
+        raise interp.error(f"redirection '{r.render()}' of {what}: writing to "
+                           f"{r.target} can fail at run time", Unsupported)

@@ -616,7 +616,7 @@ def _run_shoal(ex: Any, plan: Plan, scripts: list[str], workdir: str, prefer: di
         ex.shutdown(wait=False, cancel_futures=True)  # the queued chains, in one request
         for f in fut_of.values():  # and the running ones: Ctrl-C stops them, the exit
             if not f.done():       # must not wait for them (as it waits for pending work)
-                f.cancel()
+                f.cancel(running=True)
         raise
     ex.shutdown()
 

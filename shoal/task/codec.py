@@ -6,6 +6,7 @@ cache it by id); a task carries only its function id and its pickled arguments.
 
 from __future__ import annotations
 
+import io
 import pickle
 import weakref
 from collections.abc import Callable
@@ -45,7 +46,7 @@ class Encoder:
         if entry is not None and entry[0]() is fn:
             return entry[1]
         try:
-            blob = cloudpickle.dumps(fn if self.wrap is None else self.wrap(fn), protocol=5)
+            blob = dumps(fn if self.wrap is None else self.wrap(fn))
         except Exception as exc:  # noqa: BLE001 - any failure: name the function
             raise EncodeError(f"cannot send function {_name(fn)} to a worker: {exc}") from exc
         fid = self.next_tid()
@@ -72,7 +73,7 @@ class Encoder:
             if not kwargs and all(type(a) in _PLAIN for a in args):
                 payload = _pdumps((args, kwargs), 5)  # builtins only: plain pickle is exact
             else:
-                payload = cloudpickle.dumps((args, kwargs), protocol=5)
+                payload = dumps((args, kwargs))
         except Exception as exc:  # noqa: BLE001
             raise EncodeError(f"cannot send the arguments of {_name(fn)} to a worker: {exc}") from exc
         return [self.next_tid(), P.PY, fid, payload, deps, cores, -1]
@@ -80,7 +81,7 @@ class Encoder:
     def chunk(self, fn: Callable[..., Any], items: list[tuple[Any, ...]], cores: int) -> list[Any]:
         fid = self.fid(fn)
         try:
-            payload = cloudpickle.dumps(items, protocol=5)
+            payload = dumps(items)
         except Exception as exc:  # noqa: BLE001
             raise EncodeError(f"cannot send the arguments of {_name(fn)} to a worker: {exc}") from exc
         return [self.next_tid(), P.CHUNK, fid, payload, [], cores, -1]
@@ -106,6 +107,37 @@ class Encoder:
 
 
 _pdumps = pickle.dumps
+
+
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle, except that a class whose metaclass defines its own ``__reduce__`` is
+    pickled by it. DEAP's ``creator`` classes are remade on each unpickling in a worker, so
+    the one its tasks hold is no longer the module's: cloudpickle would then send that class
+    by value, which their metaclass cannot be rebuilt from (a sub-task of a task holding
+    DEAP individuals failed with "metaclass conflict")."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, type) and type(obj) is not type:
+            own = _own_reduce.get(type(obj))
+            if own is None:
+                own = _own_reduce[type(obj)] = next(
+                    (k.__dict__["__reduce__"] for k in type(obj).__mro__
+                     if k is not type and k is not object and "__reduce__" in k.__dict__), False)
+            if own:
+                return own(obj)
+        return _cloudpickle_override(self, obj)  # not super(): this runs for most objects
+
+
+_cloudpickle_override = cloudpickle.Pickler.reducer_override
+_own_reduce: dict[type, Any] = {}  # metaclass -> its own __reduce__, or False
+
+
+def dumps(obj: Any) -> bytes:
+    """``cloudpickle.dumps(obj, protocol=5)`` with :class:`_Pickler`: how tasks, their
+    results and shared constants are pickled."""
+    with io.BytesIO() as fh:
+        _Pickler(fh, protocol=5).dump(obj)
+        return fh.getvalue()
 
 
 def _ref(fn: Any, fids: dict[int, Any]) -> Callable[[], Any]:

@@ -1,9 +1,14 @@
 """shoal's Future: a real ``concurrent.futures.Future`` that knows its task and owner.
 
 The owner (an Executor in a client process, or the worker context inside a task) gets
-two hooks: ``_cancel(futs)`` (True when the head or the owner dropped or stopped the
-task) and ``_block(futs, timeout, return_when)`` so that a task waiting on its
-sub-tasks yields its worker instead of blocking it.
+hooks: ``_cancel(futs, queued_only)`` (True when the head or the owner dropped or stopped
+the task), ``_started(futs)`` (for :meth:`ShoalFuture.running`: asked only when called;
+an owner without it says False), and ``_block(futs, timeout, return_when)`` so that a
+task waiting on its sub-tasks yields its worker instead of blocking it.
+
+States are the stdlib's: PENDING -> RUNNING (once known to have started: a failed
+``cancel()`` or ``running()`` learnt it; nothing is sent per task to say so) -> FINISHED,
+or PENDING -> CANCELLED_AND_NOTIFIED.
 
 A client holds one future per pending task, up to millions of them, so a ShoalFuture is
 light: ``__slots__``, no Condition, lock or lists of its own. All futures of one owner
@@ -26,10 +31,12 @@ from shoal.task.errors import RemoteError, add_attempts_note, decode_error
 from shoal.transport import protocol as P
 
 _PENDING = "PENDING"
+_RUNNING = "RUNNING"
 _CANCELLED = "CANCELLED"
 _NOTIFIED = "CANCELLED_AND_NOTIFIED"
 _FINISHED = "FINISHED"
 _DONE = frozenset((_CANCELLED, _NOTIFIED, _FINISHED))
+_OPEN = frozenset((_PENDING, _RUNNING))  # not resolved yet
 _LOG = cf._base.LOGGER
 
 
@@ -96,7 +103,23 @@ class ShoalFuture(cf.Future):
         return self._state in (_CANCELLED, _NOTIFIED)
 
     def running(self) -> bool:
-        return False  # shoal does not report when a remote task starts
+        """True while the task runs (it started and is not done); such a task can no
+        longer be cancelled. Until the future knows it started, this asks where the task
+        is (a round trip to the head, and its agent); then it is remembered."""
+        state = self._state
+        if state != _PENDING:
+            return state == _RUNNING
+        ask = getattr(self._owner, "_started", None)
+        if ask is None or not ask([self]):
+            return False
+        self._mark_running()
+        return self._state == _RUNNING
+
+    def _mark_running(self) -> None:
+        """The owner learnt that the task started (no-op once resolved)."""
+        with self._condition:
+            if self._state == _PENDING:
+                self._state = _RUNNING
 
     def _wait(self, timeout: float | None) -> None:
         """Block until done or ``timeout`` passed; other futures' wake-ups are skipped."""
@@ -132,7 +155,7 @@ class ShoalFuture(cf.Future):
                 raise exc
             finally:
                 exc = None  # no frame -> exception -> frame cycle
-        if state == _PENDING:
+        if state in _OPEN:
             raise TimeoutError()
         raise cf.CancelledError()
 
@@ -142,7 +165,7 @@ class ShoalFuture(cf.Future):
         state = self._state
         if state == _FINISHED:
             return self._exception
-        if state == _PENDING:
+        if state in _OPEN:
             raise TimeoutError()
         raise cf.CancelledError()
 
@@ -173,7 +196,7 @@ class ShoalFuture(cf.Future):
         a batch and wakes the waiters once, with :func:`wake`."""
         cond = self._condition
         with cond:
-            if self._state != _PENDING:
+            if self._state not in _OPEN:
                 return False
             w = self._w
             waiters = () if w is None else w if type(w) is list else (w,)
@@ -207,20 +230,37 @@ class ShoalFuture(cf.Future):
             raise cf.InvalidStateError(f"{self._state}: {self!r}")
 
     def set_running_or_notify_cancel(self) -> bool:
-        # shoal futures never enter RUNNING: the owner resolves them straight from PENDING
-        return not self.cancelled()
+        """As the stdlib's (for code that drives futures itself): False if cancelled,
+        else mark it running and return True; RuntimeError once it is done."""
+        with self._condition:
+            state = self._state
+            if state in (_CANCELLED, _NOTIFIED):
+                self._state = _NOTIFIED
+                return False
+            if state == _PENDING:
+                self._state = _RUNNING
+                return True
+        _LOG.critical("Future %s in unexpected state: %s", id(self), state)
+        raise RuntimeError("Future in unexpected state")
 
-    def cancel(self) -> bool:
-        """Cancel the task: a queued one is dropped; a running one is stopped (its owner
-        asks the head, which asks the agent). False once the task has finished."""
+    def cancel(self, *, running: bool = False) -> bool:
+        """Cancel the task if it has not started: True then (it never runs), and it is
+        done. False if it runs or finished, as in ``concurrent.futures``: then it runs
+        to its end. The answer is exact: the owner asks the head, which asks the agent
+        holding the task (a round trip when the task has left this process).
+
+        ``running=True`` (shoal's own): stop it also where it runs (a command's process
+        group or the worker running the Python task is killed, and replaced); True
+        once stopped.
+        """
         state = self._state
         if state in (_CANCELLED, _NOTIFIED):
             return True
-        if state != _PENDING:
+        if state == _FINISHED or (state == _RUNNING and not running):
             return False
         owner = self._owner
-        if owner is None or not owner._cancel([self]):
-            return False
+        if owner is not None and not owner._cancel([self], queued_only=not running):
+            return False  # (no owner: a future made by hand, cancelled here)
         return self._settle(None, None, cancelled=True) or self.cancelled()
 
     def __repr__(self) -> str:
@@ -290,7 +330,7 @@ def deliver(fut: ShoalFuture, status: int, payload: bytes, attempts: Sequence[st
     ``attempts``: the head's one line per failed attempt; on a failure they become a
     note of the exception. ``notify=False``: see :meth:`ShoalFuture._settle`.
     """
-    if fut._state != _PENDING:
+    if fut._state not in _OPEN:
         return
     if status == P.OK:
         try:

@@ -32,7 +32,9 @@ Task tuples (positions, to keep envelopes small and fast):
                      (or the root of its tree) belongs to; an agent stamps it on the
                      sub-tasks its workers submit, so a tree keeps its client
     Submitters may send a shorter list (fields from ``place`` on may be left out); the
-    head pads it to the full length.
+    head pads it to the full length. On the agent -> worker hop one more field follows:
+      seq      int   the task's place in the stream of tasks sent to that worker (1, 2, ...):
+                     what a cancel of a task queued in the worker is decided by (agent.pool)
 
     RESULT (worker -> agent -> head) = [tid, status, payload, attempt, info]
       status   OK, ERR (payload: pickled exception + traceback), CANCELLED, DEPFAIL,
@@ -83,13 +85,18 @@ CANCEL = 7         # client -> head: [CANCEL, req, tids, queued_only]; head -> a
 BYE = 8            # orderly leave: [BYE, reason]
 SHUTDOWN = 9       # head -> agents, agent -> workers: stop now
 HEARTBEAT = 10     # liveness both ways: [HEARTBEAT]
-STATS = 11         # client -> head: [STATS] / head -> client: [STATS, info]
+STATS = 11         # client -> head: [STATS, req] / head -> client: [STATS, req, info];
+                   #   [STATS, req, detail]: info adds what `shoal status` shows
+                   #   (detail: {"agents": bool, "failures": n}; shoal.head.status)
 AGENTS = 12        # client -> head: [AGENTS, req] / head -> client: [AGENTS, req, [info...]]
 EVICTED = 13       # head -> agent: [EVICTED, reason] you were declared lost: drop all, HELLO again
 RETURN = 14        # agent -> head: [RETURN, tids] handed back unstarted (draining): requeue,
                    #   the attempt does not count
 DRAIN = 15         # agent -> head: [DRAIN, reason] leaving: send nothing more (then RETURN,
                    #   RESULTS of what still runs, BYE)
+STATE = 16         # client -> head: [STATE, req, tids]; head -> agent: [STATE, key, tids];
+                   #   answers [STATE, req|key, started]: which of the tids have started
+                   #   (Future.running(): asked only when called, never sent per task)
 
 # ---- task kinds and result statuses ---------------------------------------------
 PY = 0
@@ -106,6 +113,7 @@ TIMEOUT = 5        # killed at its time limit
 # positions in TASK and RESULT tuples
 T_ID, T_KIND, T_FID, T_PAYLOAD, T_DEPS, T_CORES, T_HINT, T_PLACE, T_OPTS, T_ATTEMPT, T_OWNER = range(11)
 TASK_LEN = 11
+T_SEQ = 11  # agent -> worker only
 R_ID, R_STATUS, R_PAYLOAD, R_ATTEMPT, R_INFO = range(5)
 
 _packb = msgpack.Packer(use_bin_type=True).pack

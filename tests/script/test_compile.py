@@ -181,6 +181,8 @@ def test_chain_clusters_keep_parallelism_that_swamp_loses(d: Path) -> None:
     ("echo a\nfor x in a; do\necho $x\n", r"t.sh:2: syntax error: 'for' is not closed"),
     ("ncwa a.nc x.nc\nn=$(cat x.nc)\n", r"t.sh:2: reads 'x.nc' at compile time, but line 1"),
     ("cat <(echo hi)\n", r"t.sh:1: process substitution"),
+    # a block writing to a device that can fail: its status is not known before it runs
+    ("{ echo a; } > /dev/udp/127.0.0.1/9\n", r"t.sh:1: redirection .* of a whole .*can fail"),
 ])
 def test_bad_input_is_one_error_naming_the_line(d: Path, src: str, msg: str) -> None:
     with pytest.raises(ScriptError, match=msg) as info:
@@ -194,6 +196,9 @@ def test_strict_rejects_outputs_outside_the_tree(d: Path, tmp_path_factory) -> N
     comp(d, src)  # fine by default
     with pytest.raises(ScriptError, match=r"t.sh:1: writes .* outside the working tree"):
         comp(d, src, strict=True)
+    # a removal names the top-most path it reaches, not the first file below it
+    with pytest.raises(ScriptError, match=r"t.sh:1: removes '/usr', outside the working tree"):
+        comp(d, "rm -rf /usr\n", strict=True)
 
 
 def test_unreadable_input(d: Path) -> None:

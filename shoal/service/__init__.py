@@ -1,0 +1,1 @@
+"""shoal serve: the HTTP service for scripts and the sandbox its jobs run in."""
