@@ -70,6 +70,12 @@ PEERS = {
     "shoal-cli": dict(
         script="cmdline_bench.py", env=None, python=PROJECT_PY, args=["--tool", "shoal"]
     ),
+    # the same two on another tree (--base DIR, e.g. a `git worktree` of main): A/B in one run
+    "shoal-base": dict(script="shoal_bench.py", env=None, python=PROJECT_PY, base=True),
+    "shoal-cli-base": dict(
+        script="cmdline_bench.py", env=None, python=PROJECT_PY, args=["--tool", "shoal"],
+        base=True,
+    ),
     "pool": dict(script="stdlib_pool_bench.py", env=None),
     "futures": dict(script="stdlib_futures_bench.py", env=None),
     "dask": dict(script="dask_bench.py", env="dask", n_scale=0.1),
@@ -95,23 +101,39 @@ def peer_python(name):
     return base_python()
 
 
+BASE_TREE = None  # --base: the tree the *-base peers import shoal from
+
+
+def shoal_tree(name):
+    """The source tree a shoal peer imports (this checkout, or --base), else None."""
+    if name in ("shoal", "shoal-cli"):
+        return ROOT
+    if PEERS[name].get("base"):
+        return BASE_TREE
+    return None
+
+
 def availability(name):
     """None if the peer can run here, else the reason it cannot."""
     spec = PEERS[name]
+    if spec.get("base") and not BASE_TREE:
+        return "not available: no --base tree"
     py = peer_python(name)
     if not os.path.exists(py):
         if spec["env"]:
             return f"not available: no {py} (run bench/setup_peers.sh)"
         return f"not available: no {py}"
-    if name == "shoal-cli" and not os.path.exists(os.path.join(ROOT, ".venv", "bin", "shoal")):
+    if name.startswith("shoal-cli") and not os.path.exists(os.path.join(ROOT, ".venv", "bin", "shoal")):
         return "not available: no .venv/bin/shoal"
-    if name == "shoal":
+    if name in ("shoal", "shoal-base"):
         # An installed package has its bytecode compiled (pip does it); the editable
         # checkout may not (PYTHONDONTWRITEBYTECODE), which would time the compiler.
-        subprocess.run([py, "-m", "compileall", "-q", os.path.join(ROOT, "shoal"), HERE],
+        tree = shoal_tree(name)
+        subprocess.run([py, "-m", "compileall", "-q", os.path.join(tree, "shoal"), HERE],
                        capture_output=True)
         p = subprocess.run(
-            [py, "-c", "from shoal import Executor, Command"], capture_output=True, text=True
+            [py, "-c", "from shoal import Executor, Command"], capture_output=True, text=True,
+            env=dict(os.environ, PYTHONPATH=tree),
         )
         if p.returncode != 0:
             return "not available: " + (p.stderr.strip().splitlines() or ["import failed"])[-1]
@@ -228,13 +250,15 @@ def run_cell(cell, args, rawdir):
     os.makedirs(workdir, exist_ok=True)
     env = dict(os.environ)
     env.pop("VIRTUAL_ENV", None)
-    env["PYTHONPATH"] = HERE
+    # shoal peers import the tree under test first (not whatever the venv has installed)
+    tree = shoal_tree(cell.peer)
+    env["PYTHONPATH"] = HERE if tree is None else tree + os.pathsep + HERE
     env["BENCH_WORKDIR"] = workdir
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     env["PYTHONUNBUFFERED"] = "1"
     if spec["env"]:
         env["PATH"] = os.path.join(ENVS, spec["env"], "bin") + os.pathsep + env.get("PATH", "")
-    elif cell.peer in ("shoal", "shoal-cli"):
+    elif tree is not None:
         env["PATH"] = os.path.join(ROOT, ".venv", "bin") + os.pathsep + env.get("PATH", "")
     if cell.peer == "hq":
         env["HQ_BIN"] = hq_binary()
@@ -389,7 +413,7 @@ def summarize(rec):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--workloads", default=",".join(["W1", "W1map", "W2", "W3", "W4", "W5"]))
-    ap.add_argument("--peers", default=",".join(PEERS))
+    ap.add_argument("--peers", default=",".join(p for p in PEERS if not PEERS[p].get("base")))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--scale", type=float, default=1.0, help="task counts x this (smoke runs)")
     ap.add_argument("--depth", type=int, default=10, help="W4 tree depth")
@@ -413,7 +437,18 @@ def main(argv=None):
     ap.add_argument("--nice", type=int, default=0, help="run the runners under nice -n N")
     ap.add_argument("--docs", default=os.path.join(ROOT, "docs", "benchmarks.md"))
     ap.add_argument("--no-docs", action="store_true", help="do not touch docs/benchmarks.md")
+    ap.add_argument(
+        "--base",
+        metavar="DIR",
+        help="another shoal source tree (e.g. a worktree of main): peers shoal-base and "
+        "shoal-cli-base run it, interleaved with shoal and shoal-cli (A/B in one run)",
+    )
     args = ap.parse_args(argv)
+    global BASE_TREE
+    if args.base:
+        BASE_TREE = os.path.abspath(args.base)
+        if not os.path.isdir(os.path.join(BASE_TREE, "shoal")):
+            ap.error(f"--base {args.base}: no shoal/ package in it")
     if args.timeout is None:
         args.timeout = 180.0 if args.full_size else 45.0
 
@@ -434,6 +469,10 @@ def main(argv=None):
     for p in peers:
         if p not in PEERS:
             ap.error("unknown peer {!r} (choose from {})".format(p, ", ".join(PEERS)))
+    if BASE_TREE:  # each shoal peer is followed by the same on the base tree
+        for p in ("shoal", "shoal-cli"):
+            if p in peers and p + "-base" not in peers:
+                peers.insert(peers.index(p) + 1, p + "-base")
 
     # two runs at once on 2 cores would measure each other: take turns
     os.makedirs(os.path.join(RESULTS, "raw"), exist_ok=True)

@@ -659,7 +659,9 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
             while self.running:
                 before = time.monotonic()
                 wait = self._wait_s(before)
-                events = poller.poll(wait * 1000)
+                # whole milliseconds, rounded up: pyzmq truncates, and a 0.7 ms wait for the
+                # results timer made this loop spin (12 turns a command in W2)
+                events = poller.poll(math.ceil(wait * 1000))
                 now = polled = time.monotonic()
                 if now - before > wait + FREEZE_SLACK_S:
                     # frozen (SIGSTOP, a paused VM): the head gets a fresh timeout

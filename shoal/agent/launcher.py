@@ -32,14 +32,20 @@ from typing import Any
 from shoal.agent import limits
 from shoal.agent.failures import failure_info
 from shoal.agent.resources import bound_spawn
+from shoal.agent.spawnline import direct_argv, shell_pwd
 from shoal.task.command import CAPTURE, DEVNULL, INHERIT, CommandError, CommandResult
 from shoal.task.errors import exception_payload
 from shoal.transport import protocol as P
 
 _DEVNULL_PATH = os.devnull
+# Python ignores SIGPIPE and SIGXFSZ; a command must not inherit that (`yes | head -1`
+# would end with "Broken pipe"), so they are back to their defaults in it, as
+# subprocess's restore_signals does.
+DEFAULT_SIGNALS = tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ", "SIGXFZ")
+                        if hasattr(signal, n))
 
 
-@dataclass
+@dataclass(slots=True)
 class Running:
     tid: int
     pid: int
@@ -72,6 +78,7 @@ def _target(spec_value: str | None, tid: int, is_stdin: bool = False) -> str | N
 
 
 _devnull_in = -1
+_devnull_out = -1
 
 
 def _stdin_devnull() -> int:
@@ -80,6 +87,15 @@ def _stdin_devnull() -> int:
     if _devnull_in < 0:
         _devnull_in = os.open(_DEVNULL_PATH, os.O_RDONLY | os.O_CLOEXEC)
     return _devnull_in
+
+
+def _out_devnull() -> int:
+    # one write-only /dev/null for every discarded stream (two opens and closes a command
+    # less: `shoal run --discard-output` discards both)
+    global _devnull_out
+    if _devnull_out < 0:
+        _devnull_out = os.open(_DEVNULL_PATH, os.O_WRONLY | os.O_CLOEXEC)
+    return _devnull_out
 
 
 def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], *,
@@ -129,8 +145,10 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], 
                 fd = os.memfd_create(f"shoal-{name}", os.MFD_CLOEXEC)
                 captures[name] = fd
                 actions.append((os.POSIX_SPAWN_DUP2, fd, target_fd))
+            elif mode == DEVNULL:
+                actions.append((os.POSIX_SPAWN_DUP2, _out_devnull(), target_fd))
             else:
-                path = _DEVNULL_PATH if mode == DEVNULL else _target(mode, tid)
+                path = _target(mode, tid)
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
                 opened.append(fd)
                 actions.append((os.POSIX_SPAWN_DUP2, fd, target_fd))
@@ -139,6 +157,14 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], 
             os.close(fd)
         raise LaunchError(f"cannot open {exc.filename!r} for the command: {exc.strerror}") from None
     popen = None
+    direct = direct_argv(spec["argv"]) if argv is spec["argv"] and not spec.get("cwd") else None
+    if direct is not None:  # one simple command: no shell in between (see spawnline)
+        pid = _spawn_direct(direct, env, actions, cpus)
+        if pid is not None:
+            for fd in opened:
+                os.close(fd)
+            return Running(tid, pid, os.pidfd_open(pid), spec, cores, time.monotonic(),
+                           captures)
     try:
         if spec.get("cwd"):
             # posix_spawn cannot chdir; subprocess still uses vfork here
@@ -154,9 +180,10 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], 
                 prog = _resolve(prog, env.get("PATH", os.defpath))
             if cpus:
                 pid = bound_spawn(cpus, os.posix_spawn, prog, argv, env, file_actions=actions,
-                                  setsid=True)
+                                  setsid=True, setsigdef=DEFAULT_SIGNALS)
             else:
-                pid = os.posix_spawn(prog, argv, env, file_actions=actions, setsid=True)
+                pid = os.posix_spawn(prog, argv, env, file_actions=actions, setsid=True,
+                                     setsigdef=DEFAULT_SIGNALS)
     except FileNotFoundError as exc:
         for fd in captures.values():
             os.close(fd)
@@ -179,6 +206,37 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], 
             os.close(fd)
     pidfd = os.pidfd_open(pid)
     return Running(tid, pid, pidfd, spec, cores, time.monotonic(), captures, popen=popen)
+
+
+_direct_env: tuple[dict[str, str], dict[str, str]] | None = None
+
+
+def _spawn_direct(argv: list[str], env: dict[str, str], actions: list[tuple[Any, ...]],
+                  cpus: list[int] | None) -> int | None:
+    """Start ``argv`` as the shell would have started it; None when the shell must (the
+    program is not found, cannot be executed, or is a script without ``#!``)."""
+    global _direct_env
+    cached = _direct_env
+    if cached is not None and cached[0] is env:
+        env = cached[1]
+    else:
+        pwd = shell_pwd(env)
+        fixed = env if pwd is None else {**env, "PWD": pwd}
+        _direct_env = (env, fixed)
+        env = fixed
+    try:
+        prog = argv[0] if "/" in argv[0] else _resolve(argv[0], env.get("PATH", os.defpath))
+        if cpus:
+            return bound_spawn(cpus, os.posix_spawn, prog, argv, env, file_actions=actions,
+                               setsid=True, setsigdef=DEFAULT_SIGNALS)
+        return os.posix_spawn(prog, argv, env, file_actions=actions, setsid=True,
+                              setsigdef=DEFAULT_SIGNALS)
+    except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ENOEXEC, errno.E2BIG, errno.ELOOP, errno.ENAMETOOLONG):
+            return None
+        raise
 
 
 def _too_long(argv: list[str], env: dict[str, str]) -> str:

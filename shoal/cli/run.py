@@ -1,7 +1,8 @@
 """`shoal run TASKFILE`: one shell command per line, run in parallel on shoal.
 
-Lines run with ``/bin/sh -c`` (as GNU parallel and HyperQueue do); blank lines and ``#``
-comments are skipped; a line ending in a backslash continues on the next. A line that
+Lines run with ``/bin/sh -c`` (as GNU parallel and HyperQueue do); a line that is one
+simple command (plain words, no shell builtin) is run by the agent without the shell, with
+the same result (shoal.agent.spawnline). Blank lines and ``#`` comments are skipped; a line ending in a backslash continues on the next. A line that
 cannot be a shell command (unbalanced quotes, NUL bytes, undecodable bytes) is reported
 with its line number and does not stop the others.
 
@@ -14,10 +15,13 @@ reported with its line number, and the command it names is not run.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures as cf
 import os
 import re
 import sys
+import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -217,9 +221,6 @@ def add_parser(sub: Any) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    err = Console(stderr=True, highlight=False)
     try:
         data = sys.stdin.buffer.read() if args.taskfile == "-" else open(args.taskfile, "rb").read()
     except OSError as exc:
@@ -249,32 +250,30 @@ def run_command(args: argparse.Namespace) -> int:
     if args.connect and args.trace:
         _say("--trace belongs to the head when joining one: give it to `shoal head --trace`")
         return 2
-    items = list(parse_taskfile(data, args.taskfile))
-    bad = [i for i in items if isinstance(i, BadLine)]
-    lines = [i for i in items if isinstance(i, Line)]
-    for b in bad:
-        _say(f"{b.error}")
+    lines: list[Line] = []
+    bad: list[BadLine] = []
+    for item in parse_taskfile(data, args.taskfile):
+        if isinstance(item, Line):
+            lines.append(item)
+        else:
+            bad.append(item)
+            _say(item.error)
+    del data
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
-    return _execute(args, lines, bad, err)
+    return _execute(args, lines, bad)
 
 
-def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine], err: Any) -> int:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+# The live progress bar is redrawn at most this often, from counts kept as results come
+# in: nothing per task but two additions (rich's Progress.update cost 45 us a task).
+PROGRESS_S = 0.125
 
-    from shoal import Command, Executor, ExecutorError, HeadLost, as_completed
-    from shoal.transport.keys import line_key
+
+def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine]) -> int:
+    from shoal import Command, Executor, ExecutorError, HeadLost
 
     show_progress = sys.stderr.isatty() if args.progress is None else args.progress
     policy: dict[str, Any] = {"retries": args.retries, "task_timeout": args.timeout}
-    journal = args.journal
     try:
         if args.connect:
             ex = Executor(connect=args.connect, **policy)
@@ -282,7 +281,7 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine], er
             from shoal.launch.cluster import cluster_kwargs
 
             # slots=None: all cores here, or each node's CPUs in an allocation (-j caps them)
-            ex = Executor(workers=0, slots=args.slots, journal=journal, trace=args.trace,
+            ex = Executor(workers=0, slots=args.slots, journal=args.journal, trace=args.trace,
                           **policy, **cluster_kwargs(args))
     except ValueError as exc:
         _say(str(exc))
@@ -294,62 +293,99 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine], er
     t0 = time.monotonic()
     failed: list[tuple[Line, str]] = []
     ok = 0
-    by_future: dict[Any, Line] = {}
-    per_task = {} if args.gpus_per_task is None else {"gpus": args.gpus_per_task}
+    if args.stream:
+        stdout = stderr = "inherit"
+    elif args.discard_output:
+        stdout = stderr = "devnull"
+    else:
+        stdout = stderr = "capture"
+    # Finished futures come back through a done callback (run on the executor's I/O
+    # thread, a batch at a time) into a deque; this thread drains it. No waiter is
+    # registered per future, as concurrent.futures.as_completed would.
+    finished: deque[Any] = deque()
+    ready = threading.Event()
+
+    def on_done(fut: Any) -> None:
+        finished.append(fut)
+        if not ready.is_set():
+            ready.set()
+
+    line_of: dict[Any, Line] = {}
+    progress = None
     try:
+        keyed = ex.journal_keys
+        per_task = {} if args.gpus_per_task is None else {"gpus": args.gpus_per_task}
+        cores_opt = args.cores_per_task
+        plain = cores_opt == 1 and not per_task and not keyed
+        submit = ex.submit
         for line in lines:
             if args.output_dir:
                 base = os.path.join(args.output_dir, str(line.number))
                 stdout, stderr = base + ".out", base + ".err"
-            elif args.stream:
-                stdout = stderr = "inherit"
-            elif args.discard_output:
-                stdout = stderr = "devnull"
+            if plain and not line.resources:
+                fut = submit(Command(line.text, stdout=stdout, stderr=stderr))
             else:
-                stdout = stderr = "capture"
-            res = {"cores": args.cores_per_task, **per_task, **line.resources}
-            cmd = Command(line.text, stdout=stdout, stderr=stderr, cores=res["cores"])
-            if ex.journal_keys:  # the line's identity in the journal: its number and text
-                res["key"] = line_key(line.number, line.text)
-            if len(res) > 1:
-                by_future[ex.options(**res).submit(cmd)] = line
-            else:
-                by_future[ex.submit(cmd)] = line
-        progress = Progress(
-            TextColumn("[bold]shoal run"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("running {task.fields[running]}  failed {task.fields[failed]}"),
-            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-            console=err, transient=False, disable=not show_progress, refresh_per_second=8,
-        )
-        with progress:
-            bar = progress.add_task("tasks", total=len(lines), running=0, failed=0)
-            done = 0
-            for fut in as_completed(by_future):
-                line = by_future.pop(fut)
+                res = {"cores": cores_opt, **per_task, **line.resources}
+                cmd = Command(line.text, stdout=stdout, stderr=stderr, cores=res["cores"])
+                if keyed:  # the line's identity in the journal: its number and text
+                    from shoal.transport.keys import line_key
+
+                    res["key"] = line_key(line.number, line.text)
+                fut = ex.options(**res).submit(cmd) if len(res) > 1 else submit(cmd)
+            line_of[fut] = line
+            fut.add_done_callback(on_done)
+        if show_progress:
+            progress = _Progress(len(lines))
+        out = sys.stdout.buffer
+        err_out = sys.stderr.buffer
+        done = 0
+        total = len(lines)
+        while done < total:
+            # a timeout, so that Ctrl-C is seen and the bar's clock moves
+            ready.wait(PROGRESS_S if progress is not None else 1.0)
+            ready.clear()
+            wrote = False
+            while finished:
+                fut = finished.popleft()
+                line = line_of.pop(fut)
                 done += 1
-                try:
-                    res = fut.result()
-                except HeadLost:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - a task's failure is reported, not fatal
+                exc = cf.CancelledError() if fut.cancelled() else fut.exception()
+                if exc is not None:
+                    if isinstance(exc, HeadLost):
+                        raise exc
                     failed.append((line, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+                    continue
+                res = fut.result()
+                if res.stdout:
+                    out.write(res.stdout)
+                    wrote = True
+                if res.stderr:
+                    if wrote:  # this command's stdout before its stderr
+                        out.flush()
+                        wrote = False
+                    err_out.write(res.stderr)
+                    err_out.flush()
+                if res.returncode == 0:
+                    ok += 1
                 else:
-                    if res.stdout:
-                        _write(sys.stdout.buffer, res.stdout)
-                    if res.stderr:
-                        _write(sys.stderr.buffer, res.stderr)
-                    if res.returncode == 0:
-                        ok += 1
-                    else:
-                        failed.append((line, f"exit status {res.returncode}"))
-                progress.update(bar, completed=done, running=min(slots, len(by_future)),
-                                failed=len(failed))
+                    failed.append((line, f"exit status {res.returncode}"))
+            if wrote:
+                out.flush()
+            if progress is not None:
+                progress.show(done, min(slots, total - done), len(failed))
+        if progress is not None:
+            progress.close(done, 0, len(failed))
+            progress = None
     except KeyboardInterrupt:
+        if progress is not None:
+            progress.close(None)
         _say("interrupted; stopping all tasks")
         ex.shutdown(wait=False, cancel_futures=True)
         ex._terminate()
         return 130
     except HeadLost as exc:
+        if progress is not None:
+            progress.close(None)
         _say(str(exc).splitlines()[0])
         return 3
     finally:
@@ -357,6 +393,9 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine], er
         ex._terminate()
     wall = time.monotonic() - t0
     if not args.no_summary:
+        from rich.console import Console
+
+        err = Console(stderr=True, highlight=False)
         _summary(err, len(lines), ok, failed, bad, wall)
         if args.trace:  # the head wrote it and exited with the executor
             from shoal.trace.report import brief
@@ -364,6 +403,43 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine], er
             for text in brief(args.trace):
                 err.print(text, markup=False, soft_wrap=True)
     return 1 if failed or bad else 0
+
+
+class _Progress:
+    """The live bar (rich), redrawn from counts at most every PROGRESS_S."""
+
+    def __init__(self, total: int) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.bar = Progress(
+            TextColumn("[bold]shoal run"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("running {task.fields[running]}  failed {task.fields[failed]}"),
+            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+            console=Console(stderr=True, highlight=False), transient=False,
+            refresh_per_second=8,
+        )
+        self.bar.start()
+        self.task = self.bar.add_task("tasks", total=total, running=0, failed=0)
+        self.shown = -1.0
+
+    def show(self, done: int, running: int, failed: int) -> None:
+        now = time.monotonic()
+        if now - self.shown >= PROGRESS_S:
+            self.shown = now
+            self.bar.update(self.task, completed=done, running=running, failed=failed)
+
+    def close(self, done: int | None, running: int = 0, failed: int = 0) -> None:
+        if done is not None:
+            self.bar.update(self.task, completed=done, running=running, failed=failed)
+        self.bar.stop()
 
 
 def _say(message: str) -> None:

@@ -21,7 +21,9 @@ class Command:
     """A command task.
 
     ``args`` is an argv list (run directly, no shell) or a string (run with ``/bin/sh -c``,
-    as GNU parallel and HyperQueue do). ``env`` entries are added to the agent's
+    as GNU parallel and HyperQueue do; a string of plain words naming one program runs
+    that program directly, as GNU make does, and goes to the shell if that fails, so
+    messages and exit statuses stay the shell's: see shoal.agent.spawnline). ``env`` entries are added to the agent's
     environment (``None`` values remove a variable). ``check=True`` makes the future raise
     :class:`CommandError` on a non-zero exit status; otherwise it resolves to a
     :class:`CommandResult` whatever the status. ``cores`` is how many cores the command
