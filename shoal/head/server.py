@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 import socket
 import time
 from collections import defaultdict
@@ -171,7 +172,9 @@ class Head:
                     wait = max(0.0, min(wait, self._expect_until - time.monotonic()))
                 if self.tracer is not None:  # trace: packed records wait for their write
                     wait = max(0.0, min(wait, self.tracer.due() - time.monotonic()))
-                if poller.poll(wait * 1000):
+                # whole milliseconds, rounded up: pyzmq truncates, and a sub-millisecond
+                # wait (a retry's backoff, the trace's write) would spin the loop
+                if poller.poll(math.ceil(wait * 1000)):
                     for _ in range(10000):
                         try:
                             frames = recv(zmq.NOBLOCK, copy=True)
