@@ -61,10 +61,10 @@ def test_impossible_gpu_request_fails_at_once_naming_task_and_largest_agent():
     core.add_agent(A, 4)
     core.set_window(A, 8)
     d = core.submit([task(7, gpus=2), task(8)], OWNER)
-    assert errors(d) == {7: "task 7 asks for 2 GPUs but the largest agent (agent-a) has 0 GPUs"}
+    assert errors(d) == {7: "the task asks for 2 GPUs but the largest agent (agent-a) has 0 GPUs"}
     assert sent(d, A) == [8]
     d = core.submit([task(9, ranks=2, gpus=1)], OWNER)
-    assert "task 9 asks for 1 GPU per rank" in errors(d)[9]
+    assert "the task asks for 1 GPU per rank" in errors(d)[9]
 
 
 def test_with_no_agent_tasks_wait_and_fail_only_once_one_is_connected():
@@ -73,7 +73,7 @@ def test_with_no_agent_tasks_wait_and_fail_only_once_one_is_connected():
     assert not d.resolve and core.queued() == 2
     d = core.add_agent(A, 4)
     assert set(errors(d)) == {1, 2}
-    assert "task 2 asks for 8 cores but the largest agent (agent-a) has 4" == errors(d)[2]
+    assert "the task asks for 8 cores but the largest agent (agent-a) has 4" == errors(d)[2]
 
 
 def test_bad_resource_options_fail_with_a_one_line_error():
@@ -82,7 +82,7 @@ def test_bad_resource_options_fail_with_a_one_line_error():
     d = core.submit([task(1, gpus=-1), task(2, nodes=2), task(3, ranks=2, nodes=3),
                      task(4, cores=-2, gpus=1), task(5, exclusive="yes")], OWNER)
     errs = errors(d)
-    assert errs[1] == "task 1: 'gpus' must be an integer >= 0, not -1"
+    assert errs[1] == "bad resource request: 'gpus' must be an integer >= 0, not -1"
     assert "give 'ranks' too" in errs[2] and "2 ranks cannot spread over 3 nodes" in errs[3]
     assert "cores must be an integer >= 1" in errs[4] and "'exclusive' must be" in errs[5]
 
@@ -98,7 +98,7 @@ def test_an_agent_leaving_fails_the_queued_tasks_only_it_could_run():
     d = core.remove_agent(A, "node died")
     errs = errors(d)  # 1 was lost (retried, but now impossible), 2 waited: both fail now
     assert set(errs) == {1, 2}
-    assert errs[2] == "task 2 asks for 1 GPU but the largest agent (agent-b) has 0 GPUs"
+    assert errs[2] == "the task asks for 1 GPU but the largest agent (agent-b) has 0 GPUs"
     assert 3 in core.tasks  # the rest of the run goes on
 
 
@@ -199,7 +199,7 @@ def test_mpi_nodes_spread_ranks_evenly_over_exactly_that_many_agents():
     errs = errors(d)
     assert set(errs) == {3} and "on 4 nodes; only 3 agents connected" in errs[3]
     d = core.submit([task(4, cores=4, ranks=4)], OWNER)
-    assert "task 4 asks for 4 ranks of 4 cores; all 3 agents together hold 3" == errors(d)[4]
+    assert "the task asks for 4 ranks of 4 cores; all 3 agents together hold 3" == errors(d)[4]
 
 
 def test_mpi_task_waits_for_all_its_cores_at_once_without_partial_hold():
@@ -240,7 +240,7 @@ def test_losing_an_mpi_participant_loses_the_attempt_and_revokes_it_at_the_leade
     # the attempt is lost; 8 ranks no longer fit the one agent left: the task fails, clearly
     tid, status, payload, _num, history = d.resolve[OWNER][0]
     assert (tid, status) == (1, P.ERR)
-    assert payload == b"task 1 asks for 8 ranks of 1 core; all 1 agent together hold 4"
+    assert payload == b"the task asks for 8 ranks of 1 core; all 1 agent together hold 4"
     assert history == ["attempt 1 on agent-b: agent agent-b was lost: silent for 8 s"]
 
 

@@ -365,7 +365,7 @@ class SchedulerCore(Filling, Placement):
         """Read a task's resource request; False (and the task failed) when it is bad."""
         need = parse_need(task.cores, task.opts)
         if isinstance(need, str):
-            self._finish(task, ERR, _err(f"task {task.tid}: {need}"), d)
+            self._finish(task, ERR, _err(f"bad resource request: {need}"), d)
             return False
         if need is None:
             if task.cores > self._plain_max:
@@ -376,7 +376,7 @@ class SchedulerCore(Filling, Placement):
             task.seq -= (need.cores * max(1, need.ranks) + 64 * need.gpus) << 40
         if need.ranks and task.place is not None:
             if task.hard:
-                self._finish(task, ERR, _err(f"task {task.tid}: an MPI task cannot be placed on "
+                self._finish(task, ERR, _err("an MPI task cannot be placed on "
                                              "one agent (its ranks go where the head finds room)"), d)
                 return False
             task.place = None  # a soft preference: its ranks go where there is room
@@ -410,9 +410,9 @@ class SchedulerCore(Filling, Placement):
             if task.hard:
                 label = agent.name.decode(errors="replace")
                 self._finish(task, ERR, _err(
-                    f"task {task.tid} asks for {task.cores} cores but agent {label} has "
+                    f"the task asks for {task.cores} cores but agent {label} has "
                     f"{agent.slots}" if task.cores > agent.slots else
-                    f"task {task.tid} asks for more than agent {label} has ({_plural_gpus(agent)})"), d)
+                    f"the task asks for more than agent {label} has ({_plural_gpus(agent)})"), d)
             else:
                 self._push(task)
             return

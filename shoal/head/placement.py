@@ -550,7 +550,7 @@ class Placement:
                 if t is not None:
                     if tid == self.resv_tid:
                         self._unreserve()
-                    self._finish(t, ERR, f"task {tid} {why}".encode(), d)
+                    self._finish(t, ERR, f"the task {why}".encode(), d)
             return True
         if not self._holder_seen and self._reserve(task, need):
             self._holder_seen = True
@@ -649,7 +649,7 @@ class Placement:
                     task = self.tasks[tid]
                     if tid == self.resv_tid:
                         self._unreserve()
-                    self._finish(task, ERR, (f"task {tid} asks for {task.cores} cores but the "
+                    self._finish(task, ERR, (f"the task asks for {task.cores} cores but the "
                                              f"largest agent ({_label(big)}) has {big.slots}").encode(), d)
         if only is None:
             for key in list(self.shaped):
