@@ -406,40 +406,26 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine]) ->
 
 
 class _Progress:
-    """The live bar (rich), redrawn from counts at most every PROGRESS_S."""
+    """The live line (shoal.client.progress: done, running, failed, queued, rate, ETA),
+    redrawn from counts at most every PROGRESS_S."""
 
     def __init__(self, total: int) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
+        from shoal.client.progress import ProgressView
 
-        self.bar = Progress(
-            TextColumn("[bold]shoal run"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("running {task.fields[running]}  failed {task.fields[failed]}"),
-            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-            console=Console(stderr=True, highlight=False), transient=False,
-            refresh_per_second=8,
-        )
-        self.bar.start()
-        self.task = self.bar.add_task("tasks", total=total, running=0, failed=0)
+        self.view = ProgressView("shoal run", total)
+        self.view.start()
         self.shown = -1.0
 
     def show(self, done: int, running: int, failed: int) -> None:
         now = time.monotonic()
         if now - self.shown >= PROGRESS_S:
             self.shown = now
-            self.bar.update(self.task, completed=done, running=running, failed=failed)
+            self.view.update(done, running=running, failed=failed)
 
     def close(self, done: int | None, running: int = 0, failed: int = 0) -> None:
         if done is not None:
-            self.bar.update(self.task, completed=done, running=running, failed=failed)
-        self.bar.stop()
+            self.view.update(done, running=running, failed=failed)
+        self.view.stop()
 
 
 def _say(message: str) -> None:
