@@ -246,3 +246,15 @@ def test_view_counts_and_rate():
     text = buf.getvalue()
     assert "50/100" in text and "running 4" in text and "failed 2" in text and "queued 46" in text
     assert re.search(r"\b2[45] tasks/s", text) and "ETA 0:00:02" in text
+
+
+def test_shoal_run_draws_the_same_line_on_a_terminal(tmp_path) -> None:
+    # `shoal run` uses the Executor's live line: done/total, running, failed, queued, rate
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text("".join("sleep 0.05\n" for _ in range(20)) + "exit 3\n")
+    rc, out, term = run_on_pty([sys.executable, "-m", "shoal.cli.main", "run", "-j", "2",
+                                str(tasks)])
+    text = plain(term)
+    assert rc == 1, text
+    assert "shoal run" in text and "21/21" in text, text
+    assert "failed 1" in text and "queued 0" in text and "tasks/s" in text, text
