@@ -25,6 +25,7 @@ import cloudpickle
 import pytest
 
 from shoal import Command, Executor, trace
+from shoal.trace.store import unpack_times
 from shoal.transport import protocol as P
 from tests.test_agent_failures import AGENT_ORIGIN, FakeHead
 
@@ -210,6 +211,27 @@ def test_a_lost_agent_gives_a_lost_attempt_then_a_retry(tmp_path: Path) -> None:
     assert a1.lost and a1.left is not None
 
 
+def traced_results(head: FakeHead, tids: set[int], timeout: float = 30.0) -> dict[int, list[Any]]:
+    """Like FakeHead.results for a traced agent: its RESULTS carry 5-field items and the
+    times packed as one blob (3rd field, pack_times); each item gets its times back as
+    item[5] (what the head's Recorder stores)."""
+    got: dict[int, list[Any]] = {}
+    deadline = time.monotonic() + timeout
+    while set(got) != tids:
+        left = deadline - time.monotonic()
+        assert left > 0, f"missing results of {sorted(tids - set(got))}; had {got}"
+        m = head.recv(left)
+        if m is None or m[1][0] != P.RESULTS:
+            continue
+        items = m[1][1]
+        assert len(m[1]) == 3 and isinstance(m[1][2], bytes), m[1]
+        assert all(len(item) == 5 for item in items), items
+        for item, times in zip(items, unpack_times(m[1][2], len(items)), strict=True):
+            assert item[0] not in got, f"result of {item[0]} twice"
+            got[item[0]] = [*item, times]
+    return got
+
+
 def test_agent_attaches_times_only_when_the_head_asks(tmp_path: Path) -> None:
     head = FakeHead(str(tmp_path))
     try:
@@ -232,7 +254,7 @@ def test_agent_attaches_times_only_when_the_head_asks(tmp_path: Path) -> None:
         before = time.time()
         py, cmd, gpu, pygpu = head.give(ident, head.py(add, 1, 2), head.cmd(["/bin/true"]), two,
                                         head.py(add, 2, 3, opts={"gpus": 1}))
-        got = head.results({py, cmd, gpu, pygpu})
+        got = traced_results(head, {py, cmd, gpu, pygpu})
         after = time.time()
         for tid, item in got.items():
             assert len(item) == 6 and item[P.R_STATUS] == P.OK, item

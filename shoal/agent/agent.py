@@ -50,6 +50,7 @@ from shoal.agent.headlink import (
 from shoal.agent.placing import Placing
 from shoal.agent.pool import SLOT_BYTES, WorkerHandle, WorkerPool, spec_attempt, spec_owner
 from shoal.agent.stopping import Stopping
+from shoal.trace.store import pack_times
 from shoal.transport import protocol as P
 from shoal.transport.session import PeerSession
 
@@ -589,7 +590,10 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
             or not self.running or self.draining
         ):
             res, self.out_results = self.out_results, []
-            self._send_head([P.RESULTS, res])
+            if self.trace:  # trace: the times go packed, one blob per message (trace.store)
+                self._send_head([P.RESULTS, res, pack_times(res)])
+            else:
+                self._send_head([P.RESULTS, res])
             self.results_sent = self.sent_at
         if self.out_submit:
             subs, self.out_submit = self.out_submit, []

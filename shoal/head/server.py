@@ -235,7 +235,7 @@ class Head:
             return
         if kind == P.RESULTS:
             if self.tracer is not None:  # trace: before the core reuses the items
-                self.tracer.results(ident, msg[1])
+                self.tracer.results(ident, msg[1], msg[2] if len(msg) > 2 else None)
             failed = self.status.results(self.core, ident, msg[1])  # before the core reuses them
             self._apply(self.core.finished(ident, msg[1]))
             if failed:

@@ -23,6 +23,7 @@ from shoal.trace.store import (
     VERSION,
     TraceError,
     _note,
+    unpack_times,
 )
 
 KIND_NAMES = {0: "py", 1: "chunk", 2: "cmd"}
@@ -166,6 +167,8 @@ def _fill(trace: Trace, batches: list[list[Any]]) -> None:
             if tag == RESULTS:
                 _, t, num, tids, statuses, attempts, sent, times, infos = rec[:9]
                 n = len(tids)
+                if not isinstance(times, list):  # format 2: the agent's packed blob
+                    times = unpack_times(times, n)
                 for tid, attempt, status, disp, tr, info in zip(
                         tids, attempts, statuses, sent, times, infos or [None] * n, strict=True):
                     rows.append((tid, attempt, status, num, disp, t, tr,

@@ -30,7 +30,8 @@ to record), each record an array whose first element says what it is:
         status: protocol's (OK 0, ERR 1, CANCELLED 2, DEPFAIL 3, LOST 4, TIMEOUT 5).
         dispatched: when the head sent that attempt. agent_times: per result nil or the
         agent's [launched, started, ended, cpus, gpu_ids, worker], any of them nil where
-        not known. infos: nil (no failures), or per result nil or the failure's info
+        not known; from format 2 on this column may instead be a bin, that array packed
+        by the agent (one blob per RESULTS message, stored as it came: pack_times). infos: nil (no failures), or per result nil or the failure's info
         (``{"why": ..., "types": [...]}``, ``{"exit": N}`` for a command exiting non-zero).
     [ATTEMPT, tid, attempt, status, agent, dispatched, received, agent_times, note]
         one attempt the head ended itself: RETURNED / REVOKED / UNFINISHED below, LOST with
@@ -71,7 +72,7 @@ from typing import Any
 
 import msgpack
 
-VERSION = 1
+VERSION = 2  # 2: RESULTS' agent_times may be one packed blob (pack_times); 1 still read
 (ATTEMPT, AGENT_JOIN, AGENT_LEAVE, FUNCS, CLIENT_JOIN, CLIENT_LEAVE, END, SUBMIT, RESULTS,
  HOSTS) = range(10)
 # statuses only the trace uses (the protocol's are 0-5)
@@ -244,14 +245,19 @@ class Recorder:
                 if opts and "hosts" in opts:
                     self.rows.append([HOSTS, spec[0], spec[_T_ATTEMPT], opts["hosts"]])
 
-    def results(self, agent: bytes, items: list[list[Any]]) -> None:
+    def results(self, agent: bytes, items: list[list[Any]], packed: Any = None) -> None:
         """RESULTS from ``agent``, before the core sees them: one RESULTS record of
-        columns (the agent's times, item[5], are taken off the items: the client never
-        gets them). The hot path of a traced run: C-level ``map`` where it can."""
+        columns. The agent's times come either packed, one blob per message (``packed``:
+        :func:`pack_times`, the agent's way: the head appends the blob as it came, no
+        per-task work), or as item[5] (the simulator; an older agent), taken off the
+        items here: the client never gets them. The hot path of a traced run: C-level
+        ``map`` where it can."""
         if not items:
             return
         now = self.clock()
-        if len(items[0]) == 6 and len(set(map(len, items))) == 1:
+        if isinstance(packed, bytes):
+            times: Any = packed
+        elif len(items[0]) == 6 and len(set(map(len, items))) == 1:
             times = list(map(list.pop, items))
         else:
             times = [item.pop() if len(item) > 5 else None for item in items]
@@ -260,6 +266,8 @@ class Recorder:
         infos = list(map(_fifth, items))
         statuses, attempts = list(map(_second, items)), list(map(_fourth, items))
         if None in sent:  # not an open attempt (the core drops these too)
+            if isinstance(times, bytes):
+                times = unpack_times(times, len(tids))
             keep = [i for i, t in enumerate(sent) if t is not None]
             tids, statuses, attempts, sent, times, infos = (
                 [col[i] for i in keep] for col in (tids, statuses, attempts, sent, times, infos))
@@ -358,6 +366,28 @@ class Recorder:
                 "trace %s: cannot write (%s); the run goes on without the trace", self.path,
                 exc.strerror)
             self.failed = True
+
+
+def pack_times(items: list[list[Any]]) -> bytes:
+    """The agent's side: the times of one RESULTS message's items (item[5], taken off
+    them) as one msgpack blob, an array with one entry per item (nil where an item has
+    none), that the head stores in the RESULTS record as it came."""
+    if items and len(items[0]) == 6 and len(set(map(len, items))) == 1:
+        return _packb(list(map(list.pop, items)))
+    return _packb([item.pop() if len(item) > 5 else None for item in items])
+
+
+def unpack_times(times: Any, n: int) -> list[Any]:
+    """A RESULTS record's agent_times as a list of ``n`` (a blob from :func:`pack_times`
+    unpacked; anything not a list of ``n`` reads as unknown times)."""
+    if isinstance(times, bytes):
+        try:
+            times = msgpack.unpackb(times, raw=False, strict_map_key=False)
+        except (ValueError, msgpack.UnpackException):
+            times = None
+    if not isinstance(times, list) or len(times) != n:
+        return [None] * n
+    return times
 
 
 def check_header(path: str) -> dict[str, Any]:
