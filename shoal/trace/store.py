@@ -217,6 +217,10 @@ class Recorder:
         """Specs the core took (padded to full length by it): one SUBMIT record."""
         if not specs:
             return
+        if len(specs) == 1 and specs[0][_T_KIND] != _CMD and not specs[0][_T_OPTS]:
+            s = specs[0]  # one plain task (a client's submit alone): no columns to build
+            self.rows.append([SUBMIT, self.clock(), [s[0]], s[_T_OWNER], s[1], s[2], s[5], None])
+            return
         kinds = list(map(_col_kind, specs))
         whats = list(map(_col_fid, specs))
         if _CMD in kinds:
@@ -234,6 +238,9 @@ class Recorder:
 
     def dispatched(self, agent: bytes, specs: list[list[Any]]) -> None:
         opened = self._open
+        if len(specs) == 1 and specs[0][0] not in opened and not specs[0][_T_OPTS]:
+            opened[specs[0][0]] = self.clock()  # one plain task
+            return
         tids = list(map(_first, specs))
         if not opened.keys().isdisjoint(tids):  # a last attempt ended without word: closed
             self._close([t for t in tids if t in opened], REVOKED, self.clock(),
@@ -255,6 +262,13 @@ class Recorder:
         if not items:
             return
         now = self.clock()
+        if len(items) == 1 and isinstance(packed, bytes):  # one result: no columns to build
+            it = items[0]
+            sent1 = self._open.pop(it[0], None)
+            if sent1 is not None:
+                self.rows.append([RESULTS, now, self._num.get(agent, 0), [it[0]], [it[1]],
+                                  [it[3]], [sent1], packed, [it[4]] if it[4] else None])
+            return
         if isinstance(packed, bytes):
             times: Any = packed
         elif len(items[0]) == 6 and len(set(map(len, items))) == 1:
