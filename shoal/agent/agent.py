@@ -50,7 +50,6 @@ from shoal.agent.headlink import (
 from shoal.agent.placing import Placing
 from shoal.agent.pool import SLOT_BYTES, WorkerHandle, WorkerPool, spec_attempt, spec_owner
 from shoal.agent.stopping import Stopping
-from shoal.trace.store import pack_times
 from shoal.transport import protocol as P
 from shoal.transport.session import PeerSession
 
@@ -591,6 +590,8 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
         ):
             res, self.out_results = self.out_results, []
             if self.trace:  # trace: the times go packed, one blob per message (trace.store)
+                from shoal.trace.store import pack_times  # only traced agents pay its import
+
                 self._send_head([P.RESULTS, res, pack_times(res)])
             else:
                 self._send_head([P.RESULTS, res])
