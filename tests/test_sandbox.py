@@ -358,8 +358,9 @@ def test_namespaces_and_mounts_are_refused_inside(world):
 
 def test_fork_bomb_is_stopped(world):
     lim = Limits(cpu_s=60, memory_bytes=1 << 30, nprocs=64, wall_s=30, output_bytes=64 << 20)
-    # through an allowed tool: awk's system() runs a shell
-    r = _job(world, "awk 'BEGIN { system(\"f() { f | f & }; f\") }'\n", limits=lim)
+    # through an allowed tool: awk's system() runs a shell; it stays (sleep) so the job is
+    # still running when the bomb reaches the limit (else the job's end kills the bomb first)
+    r = _job(world, "awk 'BEGIN { system(\"f() { f | f & }; f; sleep 15\") }'\n", limits=lim)
     assert r.returncode == 137 and r.reason == "process limit 64 reached", r
     assert world["elapsed"] < 20
 
