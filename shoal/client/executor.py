@@ -31,6 +31,7 @@ import zmq
 from shoal.client import options as O
 from shoal.client.link import HEARTBEAT_S, TIMEOUT_S, HeadLink
 from shoal.client.progress import MapProgress, progress_delay, progress_setting
+from shoal.client.results import ordered_results, wait_all
 from shoal.client.workerinit import wrapper as init_wrapper
 from shoal.task.codec import EncodeError, Encoder
 from shoal.task.command import Command
@@ -441,7 +442,7 @@ class Executor(HeadLink, cf.Executor):
         if wait:
             outstanding = [f for f in list(self._futures.values()) if not f.done()]
             if outstanding:
-                _wait_all(outstanding)
+                wait_all(outstanding)
             self._terminate()
         else:
             threading.Thread(target=self._finish_later, daemon=True).start()
@@ -568,7 +569,7 @@ class Executor(HeadLink, cf.Executor):
         view = None
         if delay is not None and futs:  # off (None) unless on a terminal, or asked for
             view = MapProgress(self, futs, chunksize, len(items), fn, delay)
-        return _results(futs, deadline, chunksize > 1, view)
+        return ordered_results(futs, deadline, chunksize > 1, view)
 
     # ---- owner hooks used by ShoalFuture ----------------------------------------------------
     def _cancel(self, futs: list[ShoalFuture], queued_only: bool = False,
@@ -640,7 +641,7 @@ class Executor(HeadLink, cf.Executor):
     def _finish_later(self) -> None:
         outstanding = [f for f in list(self._futures.values()) if not f.done()]
         if outstanding:
-            _wait_all(outstanding)
+            wait_all(outstanding)
         self._terminate()
 
     def _terminate(self) -> None:
@@ -735,48 +736,6 @@ def _dep_ids(ex: Any, after: tuple[cf.Future, ...]) -> tuple[list[int], BaseExce
             continue
         deps.append(f.tid)
     return deps or _NO_DEPS, None
-
-
-def _wait_all(futs: list[ShoalFuture]) -> None:
-    """Wait until every future is done, without registering a waiter on each."""
-    for f in futs:
-        f._wait(None)
-
-
-def _results(futs: list[ShoalFuture], deadline: float | None, chunked: bool,
-             view: MapProgress | None = None) -> Iterator[Any]:
-    """The values of ``futs`` in order. Holds no reference to a value it handed out, nor
-    to a future it took the value from (as concurrent.futures' map). ``view``: the map's
-    progress line, closed when the caller is done with the results."""
-    try:
-        futs.reverse()  # take from the end: results in order, finished futures freed
-        while futs:
-            if chunked:
-                chunk = _take(futs, deadline)
-                chunk.reverse()
-                while chunk:
-                    yield chunk.pop()
-            else:
-                yield _take(futs, deadline)
-    finally:
-        if view is not None:
-            view.close()
-        left_over = [f for f in futs if not f.done()]
-        if left_over:  # the caller stopped early (error, timeout, close): drop the rest at once
-            owner = left_over[0]._owner
-            if owner is not None and owner._cancel(left_over):
-                for f in left_over:
-                    if f.tid not in getattr(owner, "_futures", {}):
-                        f._settle(None, None, cancelled=True)
-
-
-def _take(futs: list[ShoalFuture], deadline: float | None) -> Any:
-    """The value of the last future of ``futs``, removed once it has one; if it raises (a
-    timeout...), it stays for the caller to cancel with the rest."""
-    left = None if deadline is None else max(0.0, deadline - time.monotonic())
-    value = futs[-1].result(left)
-    del futs[-1]
-    return value
 
 
 def _python_exit() -> None:
