@@ -202,6 +202,10 @@ def record_one_task(cluster: Cluster, side: Path) -> tuple[bytes, list[list[byte
         with Executor(connect=str(via)) as ex:
             r = ex.submit(Command(f"echo ran >> {side}")).result(60)
             assert r.returncode == 0
+        # the client's BYE leaves as its socket closes: let the relay record it first
+        deadline = time.monotonic() + 5
+        while len(relay.recorded) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
     finally:
         relay.close()  # closes its DEALERs: the client's identity is free at the head again
     assert side_effect_lines(side) == 1
