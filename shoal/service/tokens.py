@@ -26,6 +26,8 @@ import stat
 import sys
 from dataclasses import dataclass
 
+from shoal.agent.limits import parse_size as _parse_size
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
@@ -34,7 +36,6 @@ else:  # pragma: no cover - Python 3.10
 DEFAULT_MAX_JOBS = 4
 DEFAULT_MAX_OUTPUT = 10 << 30
 
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 class TokensError(ValueError):
@@ -42,15 +43,19 @@ class TokensError(ValueError):
 
 
 def parse_size(text: str | int, what: str = "size") -> int:
-    """``"20G"``, ``"512M"``, ``"1.5K"`` or a number of bytes -> bytes."""
+    """``"20G"``, ``"512M"``, ``"1.5K"`` or a number of bytes -> bytes, in the syntax of
+    every other size option (:func:`shoal.agent.limits.parse_size`); no "unlimited" here."""
     if isinstance(text, int) and not isinstance(text, bool):
         if text < 0:
             raise ValueError(f"{what}: negative size {text}")
         return text
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", str(text), re.IGNORECASE)
-    if not m:
+    try:
+        size = _parse_size(str(text))
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+    if size is None:
         raise ValueError(f"{what}: {text!r} is not a size (like 512M, 20G or a number of bytes)")
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    return size
 
 
 def format_size(n: float) -> str:
