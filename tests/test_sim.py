@@ -172,3 +172,31 @@ def test_a_result_refills_the_agent_that_freed_credit_most_credit_first():
     d = core.submit([[t, P.CMD, 0, b"", [], 1, -1] for t in range(1, 121)], b"c")
     got = sorted(len(d.dispatch.get(n, [])) for n in names)
     assert got == [2] * 40 + [4] * 10  # 100 on free cores, then 20 prefetched
+
+
+def test_results_held_back_by_the_agent_always_leave():
+    # the agent's flush was due at results_sent + 2 ms, and at that instant t - results_sent
+    # could round below 2 ms: the results then stayed at the agent for good
+    w = sim.parse({"order": "shuffle", "agents": {"count": 4, "cores": 8},
+                   "head": {"cost": "zero", "latency_s": 0.0005, "prefetch": 1},
+                   "tasks": [{"count": 6000, "cores": [1, 4], "duration_s": [0.005, 0.015]}]})
+    for policy in ("fifo", "big-first"):
+        r = sim.simulate(w.with_(policy=policy))
+        assert (r.ok, r.unfinished) == (6000, 0), policy
+
+
+def test_stated_estimates_order_longest_first_and_the_true_durations_run():
+    tasks = [{"count": 96, "duration_s": [1.0, 10.0]}]
+    base = sim.simulate(wl(tasks, agents=4, cores=4, prefetch=0))
+    est = sim.simulate(wl([{**tasks[0], "estimate": True}], agents=4, cores=4, prefetch=0))
+    off = sim.simulate(wl([{**tasks[0], "estimate": True, "estimate_error": 0.3}],
+                          agents=4, cores=4, prefetch=0))
+    for r in (est, off):
+        assert (r.ok, r.unfinished) == (96, 0)
+        assert r.busy_core_s == pytest.approx(base.busy_core_s)  # the same tasks ran
+    # LPT: the tail is the shortest tasks; within 10% of the bound, and better than FIFO
+    assert est.makespan_s < base.makespan_s
+    assert est.makespan_s <= 1.1 * est.bound_s
+    assert off.makespan_s < base.makespan_s
+    with pytest.raises(sim.WorkloadError, match=r"tasks #1.estimate: expected true or false"):
+        wl([{**tasks[0], "estimate": "yes"}])

@@ -26,6 +26,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--latency", type=float, metavar="S", help="one-way message latency (s)")
     p.add_argument("--scale-duration", type=float, metavar="F",
                    help="multiply every task's duration by F")
+    p.add_argument("--estimate", type=float, metavar="ERR",
+                   help="every task states its run time, off by up to ERR (0.2: +-20%%; 0: "
+                   "exact); the head orders by it, the agents run the true durations")
     p.add_argument("--seed", type=int, help="random seed for sizes, durations and order")
     p.add_argument("--trace", metavar="FILE",
                    help="write the run's trace (shoal trace FILE reads it; virtual times)")
@@ -55,6 +58,11 @@ def run(args: argparse.Namespace) -> int:
             f = args.scale_duration
             wl = wl.with_(groups=tuple(replace(g, duration_s=(g.duration_s[0] * f,
                                                               g.duration_s[1] * f))
+                                       for g in wl.groups))
+        if args.estimate is not None:
+            if not args.estimate >= 0:
+                raise WorkloadError(f"--estimate {args.estimate}: must be >= 0")
+            wl = wl.with_(groups=tuple(replace(g, estimate=True, estimate_error=args.estimate)
                                        for g in wl.groups))
     except WorkloadError as exc:
         print(f"shoal sim: {exc}", file=sys.stderr)

@@ -47,7 +47,18 @@ from collections.abc import Callable
 from typing import Any
 
 from shoal.head.filling import Filling
-from shoal.head.need import BACKOFF, DISPATCHED, QUEUED, WAITING, parse_need
+from shoal.head.need import (
+    BACKOFF,
+    DISPATCHED,
+    EST_MIN_BUCKET,
+    EST_SHIFT,
+    QUEUED,
+    SIZE_MAX,
+    SIZE_SHIFT,
+    WAITING,
+    est_bucket,
+    parse_need,
+)
 from shoal.head.placement import Placement
 from shoal.head.state import AgentState, Decisions, Task, _err, _plural_gpus
 from shoal.transport.protocol import (
@@ -132,6 +143,12 @@ class SchedulerCore(Filling, Placement):
         self._dirty: set[bytes] = set()
         self._joined = 0
         self._min_slots = 0                        # fewest cores of an agent (0: none yet)
+        # tasks with estimates (shoal.head.filling: longest first): ``ready`` holds the
+        # longest bucket (``_top``), the shorter ones wait in ``_lower`` (bucket -> tids)
+        self._top: int | None = None
+        self._lower: dict[int, deque[int]] = {}
+        self._lower_keys: list[int] = []           # heap of -bucket
+        self._nlower = 0
 
     # ---- agents -------------------------------------------------------------------
     def add_agent(self, name: bytes, slots: int, num: int = 0, *, gpus: int = 0, memory: int = 0,
@@ -171,7 +188,7 @@ class SchedulerCore(Filling, Placement):
 
     def queued(self) -> int:
         """Tasks ready and waiting for room (not counting placed ones)."""
-        return len(self.ready) + self.nshaped
+        return len(self.ready) + self.nshaped + self._nlower
 
     def remove_agent(self, name: bytes, reason: str, lost: bool = True) -> Decisions:
         """The agent left (``lost=False``: its tasks go back to the queue, no attempt
@@ -354,7 +371,10 @@ class SchedulerCore(Filling, Placement):
             if task.place is not None:
                 self._enqueue_placed(task, d)
             elif task.need is None:
-                ready.append(task.tid)
+                if task.est is None:
+                    ready.append(task.tid)
+                else:
+                    self._push_est(task)
             else:
                 self._push_shaped(task)
         if fresh:
@@ -363,6 +383,10 @@ class SchedulerCore(Filling, Placement):
 
     def _shape(self, task: Task, d: Decisions) -> bool:
         """Read a task's resource request; False (and the task failed) when it is bad."""
+        b = est_bucket(task.opts)
+        if b is not None:  # longest first (LPT), within the order of size (big_first)
+            task.est = b
+            task.seq -= (b - EST_MIN_BUCKET) << EST_SHIFT
         need = parse_need(task.cores, task.opts)
         if isinstance(need, str):
             self._finish(task, ERR, _err(f"bad resource request: {need}"), d)
@@ -372,8 +396,10 @@ class SchedulerCore(Filling, Placement):
                 self._plain_max = task.cores
             return True
         task.need = need
+        if b is not None:  # one queue per shape and length: each queue's head is its longest
+            need.key = (*need.key, b)
         if self.big_first:  # larger first, then oldest: the order of the pass (``seq``)
-            task.seq -= (need.cores * max(1, need.ranks) + 64 * need.gpus) << 40
+            task.seq -= min(SIZE_MAX, need.cores * max(1, need.ranks) + 64 * need.gpus) << SIZE_SHIFT
         if need.ranks and task.place is not None:
             if task.hard:
                 self._finish(task, ERR, _err("an MPI task cannot be placed on "
@@ -386,6 +412,8 @@ class SchedulerCore(Filling, Placement):
         """Queue a ready task that has no placement (or lost it)."""
         if task.need is not None:
             self._push_shaped(task, front)
+        elif task.est is not None and not front:
+            self._push_est(task)
         elif front:
             self.ready.appendleft(task.tid)
         else:
@@ -586,7 +614,9 @@ class SchedulerCore(Filling, Placement):
         try:
             self.ready.remove(task.tid)
         except ValueError:
-            pass
+            self._unqueue_est(task)
+        if not self.ready and self._lower:
+            self._refill()
 
     def cancel_owner(self, owner: bytes, owner_num: int | None = None) -> Decisions:
         """The owner went away: drop its queued tasks, revoke dispatched ones (the agent
@@ -603,6 +633,8 @@ class SchedulerCore(Filling, Placement):
             self._finish(task, CANCELLED, b"", d, notify_owner=False)
         if self.ready:
             self.ready = deque(t for t in self.ready if t in self.tasks)
+        if self._lower:
+            self._purge_est()
         if self.nshaped:
             for key in list(self.shaped):
                 q = deque(t for t in self.shaped[key] if t in self.tasks)
@@ -669,4 +701,4 @@ class SchedulerCore(Filling, Placement):
                     elif child.static:
                         self._place_static([child], d)
                     else:
-                        self.ready.append(child_id)
+                        self._push(child)

@@ -6,6 +6,13 @@ first; an agent whose credit grew is marked and pushed when the next pass starts
 result refills its own agent in O(log agents) instead of sorting them all; a burst goes to
 free cores first, then to the prefetch. Also: placed tasks (an agent's own queue, steals
 by idle agents) and the static schedule's blocks.
+
+Tasks with a stated run time (``opts["estimate"]``) go longest first (LPT: the run's tail is
+made of its shortest tasks). They are kept in buckets of about 4% (``need.est_bucket``):
+``ready`` holds the longest bucket, the others wait in ``_lower`` and move into ``ready``
+when it empties, so the hot path still pops one deque. A task without an estimate joins
+whatever ``ready`` holds. While ``ready`` holds tasks estimated at ``PREFETCH_LONG_S`` or
+more, nothing is prefetched: each goes only to a free core.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import heapq
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from shoal.head.need import DISPATCHED
+from shoal.head.need import DISPATCHED, LONG_BUCKET, UNKNOWN
 from shoal.transport.protocol import T_ATTEMPT, T_HINT
 
 if TYPE_CHECKING:
@@ -44,6 +51,83 @@ class Filling:
     _fits: Callable[..., bool]
     _take_shaped: Callable[[AgentState, Task, Decisions], None]
     _fail_impossible: Callable[..., bool]
+    _top: int | None
+    _lower: dict[int, deque[int]]
+    _lower_keys: list[int]
+    _nlower: int
+
+    # ---- tasks with estimates: longest bucket first ---------------------------------------
+    def _push_est(self, task: Task) -> None:
+        """Queue a plain task with an estimate in its bucket (see module docstring)."""
+        b, ready = task.est, self.ready
+        assert b is not None
+        top = self._top
+        if top is None:
+            if not ready:
+                self._top = b
+                ready.append(task.tid)
+                return
+            top = self._top = UNKNOWN  # tasks without estimates wait in ready: first
+        if b == top:
+            ready.append(task.tid)
+        elif b < top:
+            q = self._lower.get(b)
+            if q is None:
+                q = self._lower[b] = deque()
+                heapq.heappush(self._lower_keys, -b)
+            q.append(task.tid)
+            self._nlower += 1
+        else:  # longer than what ready holds: that bucket steps down (in place: callers
+            # hold references to ready)
+            q = self._lower.get(top)
+            if q is None:
+                self._lower[top] = deque(ready)
+                heapq.heappush(self._lower_keys, -top)
+            else:
+                q.extendleft(reversed(ready))
+            self._nlower += len(ready)
+            ready.clear()
+            ready.append(task.tid)
+            self._top = b
+
+    def _refill(self) -> bool:
+        """``ready`` is empty: the longest waiting bucket moves in. False: none waits."""
+        keys, lower = self._lower_keys, self._lower
+        while keys:
+            b = -heapq.heappop(keys)
+            q = lower.pop(b, None)
+            if q:
+                self._nlower -= len(q)
+                self.ready.extend(q)
+                self._top = b
+                return True
+        self._top = None
+        return False
+
+    def _unqueue_est(self, task: Task) -> None:
+        q = self._lower.get(task.est) if task.est is not None else None
+        if q is not None:
+            try:
+                q.remove(task.tid)
+                self._nlower -= 1
+            except ValueError:
+                pass
+
+    def _purge_est(self) -> None:
+        """Drop resolved tasks from the waiting buckets (an owner went away)."""
+        tasks, n = self.tasks, 0
+        for b, q in list(self._lower.items()):
+            keep = deque(t for t in q if t in tasks)
+            self._lower[b] = keep
+            n += len(keep)
+        self._nlower = n
+        if not self.ready:
+            self._refill()
+
+    def _no_prefetch(self) -> bool:
+        """Whether ready's tasks are estimated long: free cores only, no prefetch."""
+        top = self._top
+        return top is not None and LONG_BUCKET <= top < UNKNOWN
 
     def _mark(self, a: AgentState) -> None:
         """``a``'s credit may have grown: the next pass of :meth:`_fill_all` looks at it."""
@@ -69,6 +153,8 @@ class Filling:
     def _fill_all(self, d: Decisions) -> None:
         if self.paused:
             return
+        if not self.ready and self._lower:
+            self._refill()
         if self.nshaped:
             self._pass(d)
             return
@@ -85,13 +171,13 @@ class Filling:
                 free = min(a.window, a.slots - a.held) - a.inflight
                 if free > 0:
                     self._fill(a, d, free)
-                if self.ready and a.window > a.inflight:
+                if self.ready and a.window > a.inflight and not self._no_prefetch():
                     self._fill(a, d)
                 return
         # A burst spreads over agents: first every agent gets what its free cores can start
         # now, then the prefetch, most credit first.
         self._fill_heap(d, True)
-        if self.ready:
+        if self.ready and not self._no_prefetch():
             self._fill_heap(d, False)
 
     def _fill_heap(self, d: Decisions, spread: bool) -> None:
@@ -169,10 +255,17 @@ class Filling:
         credit = agent.window - agent.inflight  # kept locally: this loop is the hot path
         if limit is not None and limit < credit:
             credit = limit
+        top = self._top
+        if top is not None and LONG_BUCKET <= top < UNKNOWN:  # long tasks: free cores only
+            credit = min(credit, slots - agent.held - agent.inflight)
         start = credit
         big_first = self.big_first
         name, running = agent.name, agent.running
-        while ready and credit > 0:
+        while credit > 0:
+            if not ready:
+                if not self._lower or not self._refill():  # (a shorter bucket: the limit
+                    break                                       # above stays, conservative)
+                continue
             tid = ready.popleft()
             task = tasks.get(tid)
             if task is None:
@@ -195,6 +288,8 @@ class Filling:
                 out = d.dispatch.setdefault(name, [])
             out.append(spec)
         agent.inflight += start - credit
+        if not ready and self._lower:  # keep the rule: ready empty, no bucket waits
+            self._refill()
         if skipped:
             ready.extendleft(reversed(skipped))
             self._fail_impossible(d, skipped)

@@ -6,6 +6,7 @@ Shared by the core, its records (:mod:`shoal.head.state`) and its placement rule
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 # task states (the core's): QUEUED: ready (in a queue or an agent's own queue); BACKOFF: a
@@ -13,6 +14,34 @@ from typing import Any
 QUEUED, WAITING, DISPATCHED, BACKOFF = 0, 1, 2, 3
 
 RESOURCE_KEYS = ("gpus", "memory", "ranks", "nodes", "exclusive", "timeout")
+
+# A task's stated run time (``opts["estimate"]``, seconds): not a resource (the task stays
+# plain) but an order: tasks with estimates go longest first (LPT: the run's tail is the
+# shortest tasks), in buckets of 1/16 of an octave (4.4%), and one estimated at
+# PREFETCH_LONG_S or more is sent only to free cores (prefetched behind another long task it
+# would wait where an idle core elsewhere could have run it; its round trip is < 1% of it).
+EST_PER_OCTAVE = 16
+EST_MIN_BUCKET = -1024         # estimates down to 2**-64 s; 0 or less: this bucket
+EST_SHIFT = 48                 # a task's ``seq`` moves ahead by its bucket << EST_SHIFT
+SIZE_SHIFT = 32                # and (big_first) by its size << SIZE_SHIFT: length before size
+SIZE_MAX = (1 << 16) - 1       # (LPT: a long task left for last makes the tail)
+PREFETCH_LONG_S = 1.0
+
+
+def est_bucket(opts: dict[str, Any] | None) -> int | None:
+    """The LPT bucket of a task's ``opts["estimate"]`` (None: no estimate, or not a number)."""
+    if not opts:
+        return None
+    est = opts.get("estimate")
+    if est is None or isinstance(est, bool) or not isinstance(est, (int, float)):
+        return None
+    if est <= 0 or est != est:  # (NaN too)
+        return EST_MIN_BUCKET
+    return max(EST_MIN_BUCKET, int(math.floor(math.log2(min(est, 2.0**64)) * EST_PER_OCTAVE)))
+
+
+LONG_BUCKET = est_bucket({"estimate": PREFETCH_LONG_S})
+UNKNOWN = 1 << 30              # the core's ``_top`` while ready holds tasks without estimates
 
 
 class Need:

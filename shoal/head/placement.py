@@ -104,6 +104,10 @@ class Placement:
     _fill_own: Callable[[AgentState, Decisions], None]
     _steal: Callable[[AgentState, Decisions], None]
     _mark: Callable[[AgentState], None]
+    _refill: Callable[[], bool]
+    _no_prefetch: Callable[[], bool]
+    _lower: dict[int, deque[int]]
+    _top: int | None
     big_first: bool
 
     # ---- queues of shaped tasks --------------------------------------------------------
@@ -392,6 +396,8 @@ class Placement:
             if plain_open:
                 while ready and ready[0] not in tasks:
                     ready.popleft()
+                if not ready and self._lower and self._refill():
+                    continue  # the next bucket of estimated tasks
                 if ready:
                     pseq = tasks[ready[0]].seq
             if heads and heads[0][0] < pseq:
@@ -414,6 +420,8 @@ class Placement:
                 break
         if not self._holder_seen and self.resv_tid is not None:
             self._unreserve()
+        if not ready and self._lower:
+            self._refill()
         self._live = []
         if self.placed:
             for a in live:
@@ -484,12 +492,12 @@ class Placement:
         cores = task.cores
         holder = task.tid == self.resv_tid
         agent, best = None, -1
-        big_first = self.big_first
+        big_first = self.big_first or self._no_prefetch()
         for a in self._live:
             if a.excl or cores > a.slots:
                 continue
             room = (a.base if holder else a.window) - a.inflight
-            if big_first:  # no prefetch while tasks with resources wait
+            if big_first:  # no prefetch while tasks with resources (or long ones) wait
                 room = min(room, a.slots - a.held - a.inflight)
             if room >= cores and room > best:
                 agent, best = a, room
@@ -512,7 +520,7 @@ class Placement:
     def _pour(self, agent: AgentState, bound: float, d: Decisions) -> bool:
         ready, tasks = self.ready, self.tasks
         slots = agent.slots
-        while ready:
+        while ready or (self._lower and self._refill()):
             tid = ready[0]
             task = tasks.get(tid)
             if task is None:
@@ -523,7 +531,7 @@ class Placement:
             cores = task.cores
             holder = tid == self.resv_tid
             room = (agent.base if holder else agent.window) - agent.inflight
-            if self.big_first:
+            if self.big_first or self._no_prefetch():
                 room = min(room, slots - agent.held - agent.inflight)
             if cores > slots or cores > room:
                 return True  # the next pick chooses again
@@ -645,6 +653,8 @@ class Placement:
                     keep = [t for t in ready if t not in bad_set]
                     ready.clear()
                     ready.extend(keep)
+                if not ready and self._lower:
+                    self._refill()
                 for tid in bad:
                     task = self.tasks[tid]
                     if tid == self.resv_tid:

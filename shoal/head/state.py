@@ -14,7 +14,7 @@ from shoal.transport.protocol import T_ATTEMPT, T_CORES, T_OPTS, T_OWNER, T_PLAC
 class Task:
     __slots__ = ("tid", "spec", "owner", "state", "agent", "cores", "ndeps", "dependents", "static",
                  "place", "hard", "opts", "crashes", "failures", "history", "key", "seq", "need",
-                 "alloc")
+                 "alloc", "est")
 
     def __init__(self, tid: int, spec: list[Any], owner: bytes, static: bool,
                  owner_num: int | None, seq: int = 0) -> None:
@@ -46,6 +46,7 @@ class Task:
         self.need: Need | None
         self.alloc: tuple[tuple[bytes, int, int, int], ...] | None
         self.need = self.alloc = None
+        self.est: int | None = None  # LPT bucket of opts["estimate"] (need.est_bucket)
         if spec[T_PLACE]:
             name, hard = spec[T_PLACE]
             self.place = name.encode() if isinstance(name, str) else name

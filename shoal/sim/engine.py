@@ -166,6 +166,7 @@ class Simulator:
         """The task specs (tid = index + 1) and their durations (``self.dur``)."""
         wl = self.wl
         rng = random.Random(wl.seed)
+        erng = random.Random(wl.seed + 1)  # estimates' errors: the tasks stay the same
         specs: list[list[Any]] = []
         dur: list[float] = [0.0]
         for g in wl.groups:
@@ -175,19 +176,25 @@ class Simulator:
             d0, d1 = g.duration_s
             payload = {"argv": ["sleep", f"{d0:g}-{d1:g}"]}
             shared: dict[tuple[int, int], dict[str, Any] | None] = {}
+            err = g.estimate_error
             for _ in range(n):
                 cores = c0 if c0 == c1 else rng.randint(c0, c1)
                 gpus = g0 if g0 == g1 else rng.randint(g0, g1)
+                d = d0 if d0 == d1 else rng.uniform(d0, d1)
                 if g.ranks:  # the core writes the hosts into an MPI task's opts: one each
                     opts: dict[str, Any] | None = {"ranks": g.ranks, "gpus": gpus}
                     if g.nodes:
                         opts["nodes"] = g.nodes  # type: ignore[index]
+                elif g.estimate:  # the task's own statement (the run takes ``d`` anyway)
+                    opts = {"gpus": gpus} if gpus else {}
                 else:
                     opts = shared.get((gpus, 0), False)  # type: ignore[arg-type]
                     if opts is False:
                         opts = shared[(gpus, 0)] = {"gpus": gpus} if gpus else None
+                if g.estimate:
+                    opts["estimate"] = d * (1 + err * erng.uniform(-1, 1)) if err else d  # type: ignore[index]
                 specs.append([0, CMD, 0, payload, None, cores, -1, None, opts, 0, None])
-                dur.append(d0 if d0 == d1 else rng.uniform(d0, d1))
+                dur.append(d)
         if wl.order == "shuffle":
             order = list(range(len(specs)))
             rng.shuffle(order)
@@ -443,7 +450,7 @@ class Simulator:
                 self.results_msgs += 1
             a.out = []
             return
-        if len(a.out) >= RESULTS_BATCH or t - a.results_sent >= RESULTS_DELAY_S:
+        if len(a.out) >= RESULTS_BATCH or t >= a.results_sent + RESULTS_DELAY_S:  # (as ``due``)
             self._push(arrive, _HMSG, None, (a.name, 2, a.out))
             self.results_msgs += 1
             a.out = []

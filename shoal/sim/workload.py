@@ -29,6 +29,11 @@ rules (prefetch, message latency, result batching, launch cost) and groups of ta
     cores = [1, 9]              # an int, or [low, high]: uniform integers
     gpus = 0                    # same
     duration_s = [480, 600]     # a number, or [low, high]: uniform reals
+    estimate = false            # true: each task states its run time (opts["estimate"]),
+                                # which the head orders by (longest first); the agents
+                                # still run the true durations
+    estimate_error = 0.0        # the stated time is off by up to this share, uniform (0.2:
+                                # +-20%)
 
 Every key is checked: a bad one is a :class:`WorkloadError` naming the file and the key.
 """
@@ -59,6 +64,8 @@ class TaskGroup:
     ranks: int = 0                   # MPI ranks (0: not an MPI task); cores/gpus per rank
     nodes: int = 0
     duration_s: tuple[float, float] = (1.0, 1.0)
+    estimate: bool = False           # tasks state their run time (opts["estimate"])
+    estimate_error: float = 0.0      # ... off by up to this share (uniform)
 
     def total(self, agents: int, cores: int) -> int:
         """How many tasks this group has on ``agents`` agents of ``cores`` cores."""
@@ -120,6 +127,12 @@ def _num(where: str, v: Any, kind: type, low: float) -> Any:
     return kind(v)
 
 
+def _flag(where: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise WorkloadError(f"{where}: expected true or false, not {v!r}")
+    return v
+
+
 def _choice(where: str, v: Any, choices: tuple[str, ...]) -> str:
     if v not in choices:
         raise WorkloadError(f"{where}: expected one of {', '.join(choices)}, not {v!r}")
@@ -173,7 +186,7 @@ def parse(data: dict[str, Any], path: str = "<workload>") -> Workload:
     for i, t in enumerate(tasks, 1):
         w = f"{path}: tasks #{i}"
         t = _table(w, t, {"count", "count_per_agent", "count_per_core", "cores", "gpus", "ranks",
-                          "nodes", "duration_s"})
+                          "nodes", "duration_s", "estimate", "estimate_error"})
         given = [k for k in ("count", "count_per_agent", "count_per_core") if k in t]
         if len(given) != 1:
             raise WorkloadError(f"{w}: give exactly one of count, count_per_agent, count_per_core")
@@ -182,7 +195,10 @@ def parse(data: dict[str, Any], path: str = "<workload>") -> Workload:
                       gpus=_range(f"{w}.gpus", t.get("gpus", 0), int),
                       ranks=_num(f"{w}.ranks", t.get("ranks", 0), int, 0),
                       nodes=_num(f"{w}.nodes", t.get("nodes", 0), int, 0),
-                      duration_s=_range(f"{w}.duration_s", t.get("duration_s", 1.0), float))
+                      duration_s=_range(f"{w}.duration_s", t.get("duration_s", 1.0), float),
+                      estimate=_flag(f"{w}.estimate", t.get("estimate", False)),
+                      estimate_error=_num(f"{w}.estimate_error", t.get("estimate_error", 0.0),
+                                          float, 0))
         if g.cores[0] < 1:
             raise WorkloadError(f"{w}.cores: at least 1, not {g.cores[0]}")
         if g.duration_s[0] < 0:

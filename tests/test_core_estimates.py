@@ -1,0 +1,119 @@
+"""Tasks that state their run time (``opts["estimate"]``) in the pure scheduler core:
+longest first (LPT), no prefetch for long ones, and nothing lost between the buckets."""
+
+from __future__ import annotations
+
+from shoal.head.core import SchedulerCore
+from shoal.transport import protocol as P
+
+A, B, OWNER = b"agent-a", b"agent-b", b"client"
+
+
+def task(tid: int, est: float | None = None, cores: int = 1, **opts: object) -> list:
+    if est is not None:
+        opts["estimate"] = est
+    return [tid, P.CMD, 0, b"", [], cores, -1, None, opts or None]
+
+
+def sent(d, agent: bytes) -> list[int]:
+    return [s[0] for s in d.dispatch.get(agent, [])]
+
+
+def ok(*tids: int) -> list[list]:
+    return [[t, P.OK, b"", None] for t in tids]
+
+
+def run_all(core: SchedulerCore, d, agent: bytes) -> list[int]:
+    """Finish every task sent to ``agent`` one at a time; the order they were sent in."""
+    order = sent(d, agent)
+    i = 0
+    while i < len(order):
+        order += sent(core.finished(agent, ok(order[i])), agent)
+        i += 1
+    return order
+
+
+def test_tasks_with_estimates_go_longest_first_across_submissions():
+    core = SchedulerCore()
+    core.add_agent(A, 1)
+    core.set_window(A, 1)
+    d = core.submit([task(1, 0.01)], OWNER)  # starts at once: nothing else is queued
+    core.submit([task(2, 0.5), task(3, 0.05), task(4, 0.3)], OWNER)
+    core.submit([task(5, 0.2), task(6, 0.5), task(7, 0.05)], OWNER)
+    # equal estimates keep their submission order
+    assert run_all(core, d, A) == [1, 2, 6, 4, 5, 3, 7]
+    assert core.queued() == 0 and not core.tasks
+
+
+def test_tasks_without_estimates_keep_fifo_and_go_before_later_estimated_ones():
+    core = SchedulerCore()
+    core.add_agent(A, 1)
+    core.set_window(A, 1)
+    d = core.submit([task(1), task(2), task(3, 0.2), task(4, 0.4), task(5)], OWNER)
+    order = run_all(core, d, A)
+    assert order[:2] == [1, 2] and order.index(4) < order.index(3)
+    assert sorted(order) == [1, 2, 3, 4, 5]
+
+
+def test_long_tasks_are_not_prefetched_short_ones_are():
+    core = SchedulerCore()
+    core.add_agent(A, 2)
+    core.set_window(A, 4)  # prefetch 1
+    d = core.submit([task(i, 5.0) for i in range(1, 5)], OWNER)
+    assert sent(d, A) == [1, 2] and core.queued() == 2  # free cores only
+    d = core.finished(A, ok(1))
+    assert sent(d, A) == [3]
+    core = SchedulerCore()
+    core.add_agent(A, 2)
+    core.set_window(A, 4)
+    d = core.submit([task(i, 0.01) for i in range(1, 5)], OWNER)
+    assert sent(d, A) == [1, 2, 3, 4]  # short: the window's prefetch as before
+    core = SchedulerCore()
+    core.add_agent(A, 2)
+    core.set_window(A, 4)
+    d = core.submit([task(i) for i in range(1, 5)], OWNER)
+    assert sent(d, A) == [1, 2, 3, 4]  # unknown length: as before
+
+
+def test_cancel_and_owner_loss_reach_the_waiting_buckets():
+    core = SchedulerCore()
+    core.add_agent(A, 1)
+    core.set_window(A, 1)
+    d = core.submit([task(1, 9.0), task(2, 1.0), task(3, 2.0), task(4, 4.0)], OWNER)
+    assert sent(d, A) == [1] and core.queued() == 3
+    done, _ = core.cancel([3], OWNER)
+    assert done == [3] and core.queued() == 2
+    assert run_all(core, d, A) == [1, 4, 2]
+    core = SchedulerCore()
+    core.add_agent(A, 1)
+    core.set_window(A, 1)
+    core.submit([task(1, 9.0), task(2, 1.0), task(3, 2.0)], OWNER)
+    core.cancel_owner(OWNER)
+    assert core.queued() == 0 and not core.tasks
+
+
+def test_estimates_order_shaped_tasks_and_big_first_orders_length_before_size():
+    core = SchedulerCore(big_first=True)
+    core.add_agent(A, 8, gpus=1)
+    core.set_window(A, 8)
+    d = core.submit([task(1, 1.0, cores=8, gpus=1)], OWNER)
+    assert sent(d, A) == [1]
+    core.submit([task(2, 1.0, cores=8, gpus=1), task(3, 3.0, cores=4, gpus=1),
+                 task(4, 2.0, cores=8, gpus=1), task(5, 5.0, cores=1)], OWNER)
+    # longest first whatever the size; the plain task's 5 s before the GPU tasks
+    assert run_all(core, d, A) == [1, 5, 3, 4, 2]
+
+
+def test_a_retried_task_with_an_estimate_is_not_lost():
+    core = SchedulerCore()
+    core.add_agent(A, 1)
+    core.add_agent(B, 1)
+    core.set_window(A, 1)
+    core.set_window(B, 1)
+    d = core.submit([task(1, 3.0, retries=1), task(2, 2.0), task(3, 1.0)], OWNER)
+    assert sent(d, A) == [1] and sent(d, B) == [2]
+    d = core.finished(A, [[1, P.ERR, b"boom", None, {"types": ["builtins.Exception"]}]])
+    assert d.later and sent(d, A) == [3]  # 1 waits for its retry; A takes the next bucket
+    assert not sent(core.requeue([1]), A)  # A is busy with 3
+    assert sent(core.finished(B, ok(2)), B) == [1]
+    assert core.queued() == 0
