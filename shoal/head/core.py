@@ -149,6 +149,10 @@ class SchedulerCore(Filling, Placement):
         self._lower: dict[int, deque[int]] = {}
         self._lower_keys: list[int] = []           # heap of -bucket
         self._nlower = 0
+        # ``defer_fill``: submit() only queues and fill() places, once per turn of the server
+        # (every SUBMIT of a turn seen before any is placed: large tasks then go first)
+        self.defer_fill = False
+        self._unfilled = False
 
     # ---- agents -------------------------------------------------------------------
     def add_agent(self, name: bytes, slots: int, num: int = 0, *, gpus: int = 0, memory: int = 0,
@@ -378,7 +382,19 @@ class SchedulerCore(Filling, Placement):
             else:
                 self._push_shaped(task)
         if fresh:
-            self._fill_all(d)
+            if self.defer_fill:
+                self._unfilled = True
+            else:
+                self._fill_all(d)
+        return d
+
+    def fill(self) -> Decisions:
+        """Place what submit() queued with ``defer_fill`` (the end of the server's turn)."""
+        d = Decisions()
+        if self._unfilled:
+            self._unfilled = False
+            if self.ready or self.placed or self.nshaped or self._lower:
+                self._fill_all(d)
         return d
 
     def _shape(self, task: Task, d: Decisions) -> bool:

@@ -434,10 +434,11 @@ class Placement:
         if not holder and (need.cores > self._pass_room or need.gpus > self._pass_gpus):
             return None
         best, room = None, None
+        pack = self.big_first and not holder  # best fit: keep whole nodes for large tasks
         for a in self._live:
             if self._fits(a, need, holder):
                 r = (a.base if holder else a.window) - a.inflight
-                if room is None or r > room:
+                if room is None or (r < room if pack else r > room):
                     best, room = a, r
         return best
 
@@ -493,13 +494,16 @@ class Placement:
         holder = task.tid == self.resv_tid
         agent, best = None, -1
         big_first = self.big_first or self._no_prefetch()
+        # big_first: best fit (the agent with least room that holds it), so that small tasks
+        # fill nodes up instead of taking a little of each, which no large task then fits
+        pack = self.big_first and not holder
         for a in self._live:
             if a.excl or cores > a.slots:
                 continue
             room = (a.base if holder else a.window) - a.inflight
             if big_first:  # no prefetch while tasks with resources (or long ones) wait
                 room = min(room, a.slots - a.held - a.inflight)
-            if room >= cores and room > best:
+            if room >= cores and (room > best if not pack or agent is None else room < best):
                 agent, best = a, room
         if agent is None:
             if self._fail_impossible(d, [task.tid]):

@@ -120,6 +120,7 @@ class Head:
         # beat often enough that a few lost beats never look like a lost peer
         self.heartbeat_s = min(HEARTBEAT_S, self.timeout_s / 4)
         self.core = SchedulerCore(crash_limit=crash_limit, big_first=big_first)
+        self.core.defer_fill = True  # submissions are placed once per turn (_flush)
         if self.tracer is not None:
             self.tracer.live = self.core.tasks
         # waiting for the allocation's agents: dispatch held until then (0: no deadline)
@@ -545,6 +546,8 @@ class Head:
             self.journal.finished(d.done_keys)
 
     def _flush(self) -> None:
+        if self.core._unfilled:  # this turn's submissions, placed together
+            self._apply(self.core.fill())
         if self.journal is not None and self.journal.pending:
             self._journal_commit()  # journal: before any result of this turn leaves
         if self._out_results:

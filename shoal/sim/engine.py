@@ -70,6 +70,9 @@ class SimResult:
     first_dispatch_s: float = 0.0
     last_dispatch_s: float = 0.0
     bound_s: float = 0.0       # no run can be shorter: max(work / cores, longest task)
+    best_util: float = 0.0     # the utilization a run of ``bound_s`` would have
+    util_profile: list[float] = field(default_factory=list)  # cores busy in each 1/20 of
+                               # the makespan (where the idle time is: start, middle, drain)
     head_cpu_s: float = 0.0    # CPU time in the core's calls
     head_busy: float = 0.0     # share of the makespan the head was in a turn
     decisions: int = 0         # tasks dispatched
@@ -116,6 +119,7 @@ class Simulator:
         self.events: list[tuple[float, int, int, Any, Any]] = []
         self.seq = 0
         self.core = SchedulerCore(clock=self._clock, big_first=wl.policy == "big-first")
+        self.core.defer_fill = True  # as the server: a turn's submissions placed at its end
         self.measured = wl.cost == "measured"
         self.single = wl.results == "single"
         self.lat = wl.latency_s
@@ -302,6 +306,18 @@ class Simulator:
                         got.extend(specs)
             if d.resolve:
                 self._resolved(d.resolve)
+        if core._unfilled:  # the server's _flush: this turn's submissions, placed together
+            c = clock()
+            d = core.fill()
+            cpu += clock() - c
+            for agent, specs in d.dispatch.items():
+                got = out.get(agent)
+                if got is None:
+                    out[agent] = specs
+                else:
+                    got.extend(specs)
+            if d.resolve:
+                self._resolved(d.resolve)
         self.head_cpu += cpu
         self.turns += 1
         cost = cpu if self.measured else 0.0
@@ -486,6 +502,10 @@ class Simulator:
         r.first_dispatch_s = t0
         r.last_dispatch_s = tq
         r.bound_s = max(self.busy_core / cores if cores else 0.0, longest + wl.launch_s)
+        if r.bound_s > 0 and cores:
+            r.best_util = self.busy_core / (cores * r.bound_s)
+        if span > 0 and cores:
+            r.util_profile = self._profile(span, cores)
         r.head_cpu_s = self.head_cpu
         r.decisions = self.decisions
         r.decisions_per_cpu_s = self.decisions / self.head_cpu if self.head_cpu > 0 else 0.0
@@ -499,6 +519,22 @@ class Simulator:
                       "results": wl.results, "launch_s": wl.launch_s, "seed": wl.seed,
                       "order": wl.order}
         return r
+
+
+    def _profile(self, span: float, cores: int, bins: int = 20) -> list[float]:
+        """Busy share of the cores in each of ``bins`` equal slices of the makespan."""
+        w = span / bins
+        busy = [0.0] * bins
+        for b, e, c in zip(*self.spans, strict=True):
+            k = min(int(b / w), bins - 1)
+            while b < e:
+                edge = min(e, (k + 1) * w)
+                busy[k] += c * (edge - b)
+                b = edge
+                k += 1
+                if k >= bins:
+                    break
+        return [round(x / (cores * w), 4) for x in busy]
 
 
 def simulate(wl: Workload, agents: int | None = None, trace: str | None = None) -> SimResult:

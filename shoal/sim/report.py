@@ -19,7 +19,8 @@ def format_text(r: SimResult) -> str:
         f"head cost {s.get('cost')}, latency {1e6 * s.get('latency_s', 0):.0f} us)",
         f"  resolved      {r.ok:,} ok, {r.failed:,} failed, {r.unfinished:,} unfinished",
         f"  makespan      {r.makespan_s:,.2f} s virtual (no run can be shorter than "
-        f"{r.bound_s:,.2f} s: {_pct(r.bound_s / r.makespan_s if r.makespan_s else None)} of it)",
+        f"{r.bound_s:,.2f} s: {_pct(r.bound_s / r.makespan_s if r.makespan_s else None)} of it; "
+        f"utilization at best {_pct(r.best_util)})",
         f"  utilization   cores {_pct(r.core_util)}   GPUs {_pct(r.gpu_util)}   cores while "
         f"tasks were queued {_pct(r.queued_util)} (from the first dispatch at {r.first_dispatch_s:,.2f} s, "
         f"to the last at {r.last_dispatch_s:,.2f} s)",
@@ -28,6 +29,8 @@ def format_text(r: SimResult) -> str:
         f"  head          {r.decisions:,} decisions in {r.head_cpu_s:.2f} s CPU = "
         f"{r.decisions_per_cpu_s:,.0f} decisions/s; busy {_pct(r.head_busy)} of the makespan; "
         f"{r.turns:,} turns, {r.results_msgs:,} RESULTS messages",
+        "  over time     cores busy in each twentieth of the makespan: "
+        + " ".join(f"{100 * x:.0f}" for x in r.util_profile),
         f"  simulation    {r.wall_s:.1f} s real, {r.events:,} events",
     ]
     return "\n".join(lines)
