@@ -117,3 +117,16 @@ def test_a_retried_task_with_an_estimate_is_not_lost():
     assert not sent(core.requeue([1]), A)  # A is busy with 3
     assert sent(core.finished(B, ok(2)), B) == [1]
     assert core.queued() == 0
+
+
+def test_big_first_long_multi_core_tasks_go_to_an_agent_whose_cores_freed():
+    # the refill of one agent is limited to its free cores; big_first's test of free cores
+    # read the window less the credit as what it holds, which is wrong under that limit (the
+    # agent sat idle with its queue full when long tasks were not prefetched)
+    core = SchedulerCore(big_first=True)
+    core.add_agent(A, 8)
+    core.set_window(A, 16)  # prefetch 1
+    d = core.submit([task(1, 60.0, cores=8), task(2, 50.0, cores=4), task(3, 50.0, cores=4)],
+                    OWNER)
+    assert sent(d, A) == [1]
+    assert sent(core.finished(A, ok(1)), A) == [2, 3]

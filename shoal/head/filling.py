@@ -260,6 +260,7 @@ class Filling:
             credit = min(credit, slots - agent.held - agent.inflight)
         start = credit
         big_first = self.big_first
+        free0 = slots - agent.held - agent.inflight + start  # free cores = free0 - credit
         name, running = agent.name, agent.running
         while credit > 0:
             if not ready:
@@ -272,7 +273,7 @@ class Filling:
                 continue
             cores = task.cores
             if cores > credit or cores > slots or (
-                    cores > 1 and big_first and cores > slots - agent.held - (agent.window - credit)):
+                    cores > 1 and big_first and cores > free0 - credit):
                 if cores > slots:
                     skipped.append(tid)  # never fits this agent; another may take it
                     continue
