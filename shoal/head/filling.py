@@ -226,8 +226,9 @@ class Filling:
             del at[name]
             seen.add(name)
             self._fill(a, d)
-        for a in later:
-            self._mark(a)
+        if later and not self._no_prefetch():  # (no prefetch: they wait for a result)
+            for a in later:
+                self._mark(a)
 
     def _fill_every(self, d: Decisions) -> None:
         """Fill every agent, most credit first (own queues, steals, mixed agent sizes)."""
@@ -296,8 +297,9 @@ class Filling:
             self._fail_impossible(d, skipped)
         if self.placed and agent.credit > 0 and not agent.own:
             self._steal(agent, d)
-        if agent.window > agent.inflight:
-            self._mark(agent)
+        if agent.window > agent.inflight and (
+                top is None or not LONG_BUCKET <= top < UNKNOWN or slots > agent.held + agent.inflight):
+            self._mark(agent)  # (no prefetch: only with free cores, else a result marks it)
 
     def _take(self, agent: AgentState, task: Task, d: Decisions) -> None:
         agent.inflight += task.cores
