@@ -403,7 +403,8 @@ class SchedulerCore(Filling, Placement):
         if b is not None:  # longest first (LPT), within the order of size (big_first)
             task.est = b
             task.seq -= (b - EST_MIN_BUCKET) << EST_SHIFT
-        need = parse_need(task.cores, task.opts)
+        opts = task.opts
+        need = parse_need(task.cores, None if b is not None and len(opts) == 1 else opts)  # type: ignore[arg-type]
         if isinstance(need, str):
             self._finish(task, ERR, _err(f"bad resource request: {need}"), d)
             return False
