@@ -3,8 +3,8 @@
 What is real and what is modelled:
 - the head's decisions are the real :class:`shoal.head.core.SchedulerCore`, unchanged,
   fed the events the head's server would feed it (SUBMIT, CREDIT, RESULTS). The head is a
-  single server, as the real one: a *turn* takes every message that has arrived, feeds
-  each to the core, and sends the turn's TASKS when it ends. With ``cost = "measured"`` a
+  single server, as the real one: a *turn* takes every message that has arrived (at most
+  10,000, as the server), feeds each to the core, and sends the turn's TASKS when it ends. With ``cost = "measured"`` a
   turn lasts, in virtual time, the CPU time (``time.thread_time``) the core really spent on
   it, so a head that cannot keep up shows as idle cores, not as a faster run; ``"zero"``
   models an infinitely fast head. Nothing else of the server (sockets, encoding) is counted.
@@ -38,6 +38,7 @@ from shoal.transport.protocol import CMD, OK
 RESULTS_DELAY_S = 0.002
 RESULTS_BATCH = 256
 HELD_SCAN = 64
+TURN_MAX = 10_000  # messages the head's server reads in one turn before it flushes
 
 # event kinds, in the order they run at one instant: tasks end, TASKS reach agents, agents
 # take a turn (start tasks, send results), messages reach the head, the head takes a turn
@@ -275,7 +276,10 @@ class Simulator:
     def _turn(self) -> None:
         """Every message that has arrived, fed to the core; the TASKS leave at the end."""
         self.turn_due = False
-        msgs, self.inbox = self.inbox, []
+        if len(self.inbox) > TURN_MAX:  # the server reads at most this many, then flushes
+            msgs, self.inbox = self.inbox[:TURN_MAX], self.inbox[TURN_MAX:]
+        else:
+            msgs, self.inbox = self.inbox, []
         core, tracer = self.core, self.tracer
         out: dict[bytes, list[list[Any]]] = {}
         cpu = 0.0
