@@ -143,7 +143,7 @@ def unpack_columns(cols: dict[Any, Any], n: int) -> list[Any] | None:
     if len(launched) != n or len(se) != 2 * n or len(workers) != n:
         return None
     out = []
-    for i, (la, st, en, wk) in enumerate(zip(launched, se[0::2], se[1::2], workers)):
+    for i, (la, st, en, wk) in enumerate(zip(launched, se[0::2], se[1::2], workers, strict=True)):
         ex = extra.get(i)
         out.append([None if la != la else la, None if st != st else st,  # NaN: unknown
                     None if en != en else en, ex[0] if ex else None, ex[1] if ex else None,
