@@ -152,7 +152,7 @@ def main() -> int:
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})")
     print(f"{'cell':<14}{'off s':>7}{'on s':>7}{'slower':>8}{'pairs':>8}{'CPU':>7}"
           f"{'tasks/s on':>11}{'trace':>9}{'head':>12}{'agent':>12}{'workers':>12}"
-          f"{'client':>12}{'trace us':>10}")
+          f"{'client':>12}{'trace us':>10}")  # CPU us per task
     for name, n in cells:
         off = statistics.median(times[(name, "off")])
         on = statistics.median(times[(name, "on")])
@@ -161,7 +161,7 @@ def main() -> int:
         m_off = [statistics.median(x) for x in zip(*cpus[(name, "off")], strict=True)]
         m_on = [statistics.median(x) for x in zip(*cpus[(name, "on")], strict=True)]
         cpu = sum(m_on) / sum(m_off) - 1
-        pair = [f"{x:.2f}/{y:.2f}" for x, y in zip(m_off, m_on, strict=True)]
+        pair = [f"{x:.3g}/{y:.3g}" for x, y in zip(m_off, m_on, strict=True)]
         print(f"{f'{name} ({n})':<14}{off:>7.2f}{on:>7.2f}{(on / off - 1) * 100:>7.1f}%"
               f"{pairs * 100:>7.1f}%{cpu * 100:>6.1f}%"
               f"{n / on:>11.0f}{sizes[name] / 1e6:>6.1f} MB"
