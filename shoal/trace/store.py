@@ -232,9 +232,10 @@ class Recorder:
             return
         kinds = list(map(_col_kind, specs))
         whats = list(map(_col_fid, specs))
-        if _CMD in kinds:
-            for i, kind in enumerate(kinds):
-                if kind == _CMD:
+        kind = _column(kinds)
+        if kind == _CMD or (kind is kinds and _CMD in kinds):  # commands: their programs
+            for i, k in enumerate(kinds):
+                if k == _CMD:
                     whats[i] = _program(specs[i])
         opts = list(map(_col_opts, specs))
         requests = None
@@ -242,7 +243,7 @@ class Recorder:
             requests = [[o.get("gpus", 0), o.get("ranks", 0)]
                         if o and ("gpus" in o or "ranks" in o) else None for o in opts]
         self.rows.append([SUBMIT, self.clock(), list(map(_first, specs)),
-                          _column(list(map(_col_owner, specs))), _column(kinds), _column(whats),
+                          _column(list(map(_col_owner, specs))), kind, _column(whats),
                           _column(list(map(_col_cores, specs))), requests])
 
     def dispatched(self, agent: bytes, specs: list[list[Any]]) -> None:
