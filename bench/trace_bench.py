@@ -114,6 +114,11 @@ def cell(name: str, n: int, trace: bool) -> tuple[float, int, float, float, floa
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _us(x: float) -> str:
+    """A CPU figure in us per task, to 3 digits (W2's are in the thousands)."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--w1", type=int, default=100_000, help="W1 tasks (default 100000)")
@@ -161,7 +166,7 @@ def main() -> int:
         m_off = [statistics.median(x) for x in zip(*cpus[(name, "off")], strict=True)]
         m_on = [statistics.median(x) for x in zip(*cpus[(name, "on")], strict=True)]
         cpu = sum(m_on) / sum(m_off) - 1
-        pair = [f"{x:.3g}/{y:.3g}" for x, y in zip(m_off, m_on, strict=True)]
+        pair = [f"{_us(x)}/{_us(y)}" for x, y in zip(m_off, m_on, strict=True)]
         print(f"{f'{name} ({n})':<14}{off:>7.2f}{on:>7.2f}{(on / off - 1) * 100:>7.1f}%"
               f"{pairs * 100:>7.1f}%{cpu * 100:>6.1f}%"
               f"{n / on:>11.0f}{sizes[name] / 1e6:>6.1f} MB"
