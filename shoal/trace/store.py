@@ -57,7 +57,7 @@ transaction, no row per task in a database. A head killed mid-write leaves a tru
 last object, which the reader drops (``truncated``).
 
 Cost (the head's hot path with the trace on): the task's static facts go out once per
-SUBMIT message as columns (``zip(*specs)``: C-level, no object per task); the head
+SUBMIT message as columns (C-level ``map`` over the specs, no object per task); the head
 keeps no table of its own beyond ``_open`` (tid -> dispatched, while an attempt runs) and
 reads the rest from the core's task table; results are recorded as columns too (one record
 per RESULTS message; a column whose values are all the same is one value), so an attempt
@@ -99,7 +99,8 @@ _T_KIND, _T_PAYLOAD, _T_OPTS, _T_ATTEMPT, _T_OWNER = 1, 3, 8, 9, 10
 _CMD = 2
 _CANCELLED, _LOST = 2, 4
 _packb = msgpack.Packer(use_bin_type=True).pack
-_first, _fourth, _col_opts = itemgetter(0), itemgetter(3), itemgetter(_T_OPTS)
+_first, _second, _fourth, _fifth = (itemgetter(i) for i in (0, 1, 3, 4))
+_col_owner, _col_kind, _col_fid, _col_cores, _col_opts = (itemgetter(i) for i in (10, 1, 2, 5, 8))
 # Packed turns are written when this much waits or this long passed (a head killed with
 # SIGKILL loses at most that much of the trace; an orderly exit loses nothing).
 WRITE_BYTES = 256 << 10
@@ -130,16 +131,7 @@ def _note(info: dict[str, Any]) -> str:
     return str(info.get("why", ""))[:300]
 
 
-def _columns(rows: list[list[Any]], width: int) -> list[tuple[Any, ...]]:
-    """The columns of ``rows`` (specs, result items), at least ``width`` of them, each a
-    tuple: ``zip(*rows)`` transposes at C speed, 2-3x faster than a ``map`` per column."""
-    cols = list(zip(*rows, strict=False))  # as many as the shortest row has
-    if len(cols) < width:  # a row short of fields (not from this shoal): None for them
-        cols = list(zip(*(list(r) + [None] * (width - len(r)) for r in rows), strict=False))
-    return cols
-
-
-def _column(values: list[Any] | tuple[Any, ...]) -> Any:
+def _column(values: list[Any]) -> Any:
     """One value when all are the same (a client's batch: one owner, often one function;
     a batch of results: all OK, first attempts). ``count``: C-level, and small ints and
     None compare by identity."""
@@ -242,22 +234,21 @@ class Recorder:
             s = specs[0]  # one plain task (a client's submit alone): no columns to build
             self.rows.append([SUBMIT, self.clock(), [s[0]], s[_T_OWNER], s[1], s[2], s[5], None])
             return
-        cols = _columns(specs, _T_OWNER + 1)
-        kinds = cols[_T_KIND]
-        whats: Any = cols[2]  # function ids
+        kinds = list(map(_col_kind, specs))
+        whats = list(map(_col_fid, specs))
         kind = _column(kinds)
         if kind == _CMD or (kind is kinds and _CMD in kinds):  # commands: their programs
-            whats = list(whats)
             for i, k in enumerate(kinds):
                 if k == _CMD:
                     whats[i] = _program(specs[i])
-        opts = cols[_T_OPTS]
+        opts = list(map(_col_opts, specs))
         requests = None
         if opts.count(None) != len(opts):  # (count: C-level, None by identity)
             requests = [[o.get("gpus", 0), o.get("ranks", 0)]
                         if o and ("gpus" in o or "ranks" in o) else None for o in opts]
-        self.rows.append([SUBMIT, self.clock(), cols[0], _column(cols[_T_OWNER]), kind,
-                          _column(whats), _column(cols[5]), requests])
+        self.rows.append([SUBMIT, self.clock(), list(map(_first, specs)),
+                          _column(list(map(_col_owner, specs))), kind, _column(whats),
+                          _column(list(map(_col_cores, specs))), requests])
 
     def dispatched(self, agent: bytes, specs: list[list[Any]]) -> None:
         opened = self._open
@@ -280,8 +271,8 @@ class Recorder:
         columns. The agent's times come either packed, one blob per message (``packed``:
         :mod:`shoal.trace.columns`, the agent's way: the head appends the blob as it came, no
         per-task work), or as item[5] (the simulator; an older agent), taken off the
-        items here: the client never gets them. The hot path of a traced run: columns by
-        ``zip(*items)``, C-level."""
+        items here: the client never gets them. The hot path of a traced run: C-level
+        ``map`` where it can."""
         if not items:
             return
         now = self.clock()
@@ -298,11 +289,12 @@ class Recorder:
             times = list(map(list.pop, items))
         else:
             times = [item.pop() if len(item) > 5 else None for item in items]
-        cols = _columns(items, 5)
-        tids, statuses, attempts, infos = cols[0], cols[1], cols[3], cols[4]
+        tids = list(map(_first, items))
         opened = self._open
         before = len(opened)
         sent = list(map(opened.pop, tids, repeat(None)))
+        infos = list(map(_fifth, items))
+        statuses, attempts = list(map(_second, items)), list(map(_fourth, items))
         if before - len(opened) != len(tids):  # not all open attempts (the core drops these)
             if isinstance(times, bytes):
                 times = unpack_times(times, len(tids))
