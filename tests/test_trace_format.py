@@ -99,20 +99,22 @@ def test_agent_times_columns_stay_in_step_with_the_results() -> None:
     # a worker that sent no times, and a failure the agent reports (times unknown)
     cols.worker_results([[14, 0, b"", 1, None]], [[14, 0, b"", 1, None]], None, 0, {}, None)
     cols.add(None)
-    assert len(cols) == 5
-    blob = cols.take(5)
+    cols.add([7.0, 8.0])  # a short list: the rest unknown
+    assert len(cols) == 6
+    blob = cols.take(6)
     assert blob is not None and len(cols) == 0
-    got = unpack_times(blob, 5)
+    got = unpack_times(blob, 6)
     assert got == [[1.0, 2.0, 3.0, [4, 5], ["GPU-0"], None],
                    [4.5, 5.0, 6.0, None, None, 1],
                    [8.5, 9.0, 10.0, None, ["GPU-1"], 1],
                    [None, None, None, None, None, 0],
-                   [None, None, None, None, None, None]]
+                   [None, None, None, None, None, None],
+                   [7.0, 8.0, None, None, None, None]]
     # out of step (results dropped without their times): no times rather than wrong ones
     cols.add([1.0, 2.0, 3.0, None, None, None])
     assert cols.take(2) is None and len(cols) == 0
     # a blob that is not one of n items reads as unknown times
-    assert unpack_times(blob, 4) == [None] * 4
+    assert unpack_times(blob, 5) == [None] * 5
     assert unpack_columns({"n": 1, "launched": b"\x00" * 3, "se": b"", "worker": b""}, 1) is None
     assert unpack_times(b"\xc1junk", 2) == [None, None]
 
