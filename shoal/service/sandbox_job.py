@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--status-fd", type=int, required=True)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--name", required=True)
+    p.add_argument("--bridge", metavar="REQ,RESP",
+                   help="run the commands through the service (shoal serve --connect): the "
+                        "descriptors of the request and answer pipes (shoal.service.proxy)")
     p.add_argument("script")
     p.add_argument("args", nargs="*")
     a = p.parse_args(argv)
@@ -77,8 +80,16 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     t = threading.Thread(target=_progress, args=(len(plan.steps), stop), daemon=True)
     t.start()
+    opts = RunOptions(workers=a.workers, backend="shoal")
+    if a.bridge:
+        from shoal.service.proxy import ProxyExecutor
+
+        req, resp = (int(x) for x in a.bridge.split(","))
+        # each command has its own /dev/shm on its node: only intermediates inside one
+        # cluster may live in memory
+        opts.executor, opts.shm_scope = ProxyExecutor(req, resp), "cluster"
     try:
-        rep = run_plan(plan, os.getcwd(), RunOptions(workers=a.workers, backend="shoal"))
+        rep = run_plan(plan, os.getcwd(), opts)
     finally:
         stop.set()
     sys.stdout.flush()
