@@ -10,6 +10,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -30,15 +31,39 @@ from tests.test_serve_common import needs_aiohttp, needs_sandbox, serve  # noqa:
 pytestmark = [needs_aiohttp, needs_sandbox, pytest.mark.timeout(180)]
 
 
-@pytest.fixture
-def runtime(head):
-    """A head and two agents (a1, a2; two slots each); yields the connection file."""
-    connfile, _proc, add_agent = head
-    add_agent("--slots", "2", "--name", "a1")
-    add_agent("--slots", "2", "--name", "a2")
-    with Executor(connect=str(connfile), start_timeout=30) as ex:
-        ex.wait_for_agents(2, timeout=30)
-    return connfile
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory: pytest.TempPathFactory):
+    """`shoal head` on loopback and two `shoal agent`s (a1, a2; two slots each), shared by
+    this module's tests; yields the connection file. A client silent for 4 s is lost (a
+    killed service's commands stop)."""
+    tmp_path = tmp_path_factory.mktemp("runtime")
+    connfile = tmp_path / "run.json"
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-m", "shoal", "head", "--bind",
+                               "tcp://127.0.0.1:0", "--connection-file", str(connfile),
+                               "--heartbeat-timeout", "4"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)]
+    try:
+        deadline = time.monotonic() + 30
+        while not connfile.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for name in ("a1", "a2"):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "shoal", "agent", "--connect", str(connfile), "--slots",
+                 "2", "--name", name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                env=env))
+        with Executor(connect=str(connfile), start_timeout=30) as ex:
+            ex.wait_for_agents(2, timeout=30)
+        yield connfile
+    finally:
+        for p in procs[::-1]:  # agents first; SIGINT: at once, no drain
+            p.send_signal(signal.SIGINT)
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
 
 def _job_processes(*needles: str) -> list[str]:
@@ -276,3 +301,17 @@ def test_bad_connect_is_one_line(tmp_path: Path) -> None:
     assert r.stderr.strip().splitlines()[-1] == (f"shoal serve: error: --connect "
                                                  f"{tmp_path / 'nope.json'}: no such connection "
                                                  "file")
+
+
+def test_a_killed_service_leaves_no_command_on_the_agents(runtime, serve) -> None:
+    """SIGKILL of the service (and its session): the head sees its client gone and the agents
+    stop the job's commands; nothing of the job keeps running anywhere."""
+    srv = serve(extra=("--connect", str(runtime)))
+    mark = str(30000 + secrets.randbelow(30000))
+    job = srv.submit(f"sleep {mark}5 &\nsleep {mark}6\n")["id"]
+    deadline = time.monotonic() + 20
+    while len(_job_processes(f"sleep {mark}")) < 2:
+        assert time.monotonic() < deadline, _job_processes(f"sleep {mark}")
+        time.sleep(0.1)
+    srv.stop(signal.SIGKILL)
+    assert not _gone(f"sleep {mark}", job, timeout=15)

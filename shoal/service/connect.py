@@ -48,13 +48,12 @@ START_TIMEOUT = 15.0      # connecting to the head
 class Bridge:
     """Runs one job's commands on the runtime; see the module docstring."""
 
-    def __init__(self, connect: str, job_dir: Path, data_dir: Path, limits: Limits, log: Path,
-                 tag: str, executor: Any = None) -> None:
-        from shoal import Executor
-
+    def __init__(self, ex: Any, job_dir: Path, data_dir: Path, limits: Limits, log: Path,
+                 tag: str) -> None:
+        """``ex``: the service's client of the runtime (an ``Executor``, shared by jobs)."""
         self.job_dir, self.data_dir, self.limits, self.log, self.tag = (
             job_dir, data_dir, limits, log, tag)
-        self.ex = executor or Executor(connect=connect, start_timeout=START_TIMEOUT)
+        self.ex = ex
         self.t0 = time.monotonic()
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
@@ -269,29 +268,23 @@ class Bridge:
         self._answers.put(None)
         left = [f for f in list(self._futs.values()) if not f.done()]
         self._pending.clear()
-        try:
-            if left:
-                # commands that reach a node after this never start; then stop the others
-                try:
-                    (self.job_dir / "stop").touch()
-                except OSError:
-                    pass
-                for f in left:
-                    try:
-                        f.cancel(running=True)
-                    except Exception:  # the head is gone: its agents stop them (client lost)
-                        pass
-                killed = self._sweep()
-                _note(self.log, f"stopped {len(left)} command(s) on the runtime"
-                      + (f"; {killed}" if killed else ""))
-            _note(self.log, f"connect: {self.commands} command(s) ran on "
-                  f"{len(self.agents_used)} agent(s) ({', '.join(sorted(self.agents_used))}); "
-                  f"CPU {self.cpu:.1f} s")
-        finally:
+        if left:
+            # commands that reach a node after this never start; then stop the others (a
+            # running one's worker is killed, and its sandbox with it)
             try:
-                self.ex.shutdown(wait=False, cancel_futures=True)
-            except Exception:
+                (self.job_dir / "stop").touch()
+            except OSError:
                 pass
+            for f in left:
+                try:
+                    f.cancel(running=True)
+                except Exception:  # the head is gone: its agents stop them (client lost)
+                    pass
+            killed = self._sweep()
+            _note(self.log, f"stopped {len(left)} command(s) on the runtime; {killed}")
+        used = ", ".join(sorted(self.agents_used))
+        _note(self.log, f"connect: {self.commands} command(s) ran on {len(self.agents_used)} "
+              f"agent(s){f' ({used})' if used else ''}; CPU {self.cpu:.1f} s")
 
     def _sweep(self, timeout: float = 15.0) -> str:
         """``sandbox_cmd sweep`` on every agent: what a cancel may have left in the job's
@@ -319,6 +312,28 @@ def _line(x: object) -> str:
     return " ".join(str(x).split())[:300]
 
 
+_clients: dict[str, Any] = {}
+_clients_lock = threading.Lock()
+
+
+def _client(connect: str) -> Any:
+    """The service's one client of the runtime at ``connect``, made again once it failed
+    (the head was lost). One client for every job: the agents' warm workers stay bound to
+    it (a worker moving to another client is replaced by a fresh one first)."""
+    from shoal import Executor
+
+    with _clients_lock:
+        ex = _clients.get(connect)
+        if ex is None or getattr(ex, "_error", None) is not None:
+            if ex is not None:
+                try:
+                    ex.shutdown(wait=False, cancel_futures=True)
+                except Exception:
+                    pass
+            ex = _clients[connect] = Executor(connect=connect, start_timeout=START_TIMEOUT)
+        return ex
+
+
 def run_job_connected(script: Path, args: list[str], *, job_dir: Path, data_dir: Path,
                       limits: Limits, log: Path, cancel: threading.Event | None = None,
                       connect: str) -> JobResult:
@@ -329,10 +344,9 @@ def run_job_connected(script: Path, args: list[str], *, job_dir: Path, data_dir:
     job_dir, data_dir = Path(job_dir).resolve(), Path(data_dir).resolve()
     tag = job_dir.name if job_dir.name.isalnum() else secrets.token_hex(8)
     try:
-        bridge = Bridge(connect, job_dir, data_dir, limits, log, tag)
+        bridge = Bridge(_client(connect), job_dir, data_dir, limits, log, tag)
     except Exception as exc:
-        first = " ".join(str(exc).split())[:300]
-        return JobResult(125, f"sandbox: cannot reach the runtime at {connect}: {first}")
+        return JobResult(125, f"sandbox: cannot reach the runtime at {connect}: {_line(exc)}")
 
     def argv(status_fd: int) -> list[str]:
         req, resp = bridge.child_fds
@@ -350,36 +364,31 @@ def run_job_connected(script: Path, args: list[str], *, job_dir: Path, data_dir:
 def check_agents(connect: str, jobs_dir: Path, data_dir: Path, timeout: float = 60.0
                  ) -> tuple[list[str], list[str]]:
     """(problems, agent names): whether every agent of the runtime at ``connect`` can run the
-    service's commands (``sandbox_cmd check``: root, bubblewrap, the jobs directory at the
-    same path, the data directory). No agent is no problem (they may join later)."""
+    service's commands (:func:`shoal.service.sandbox_cmd.check`: root, bubblewrap, the jobs
+    directory at the same path, the data directory). No agent is no problem (they may join
+    later)."""
     import concurrent.futures as cf
-
-    from shoal import Executor
 
     probe = f".probe-{secrets.token_hex(6)}"
     (jobs_dir / probe).write_text("shoal serve\n")
     try:
         try:
-            ex = Executor(connect=connect, start_timeout=START_TIMEOUT)
-        except Exception as exc:
-            return [f"cannot reach the runtime at {connect}: "
-                    f"{' '.join(str(exc).split())[:300]}"], []
-        try:
+            ex = _client(connect)
             agents = ex.agents()
-            futs = {a.name: ex.options(agent=a.name).submit(
-                task_check, str(jobs_dir), probe, str(data_dir)) for a in agents}
-            cf.wait(list(futs.values()), timeout=timeout)
-            problems = []
-            for name, f in futs.items():
-                if not f.done():
-                    problems.append(f"agent {name} did not answer within {timeout:g} s")
-                    continue
-                if f.cancelled() or f.exception() is not None:
-                    problems.append(f"agent {name}: {_line(f.exception())}")
-                    continue
+        except Exception as exc:
+            return [f"cannot reach the runtime at {connect}: {_line(exc)}"], []
+        futs = {a.name: ex.options(agent=a.name).submit(
+            task_check, str(jobs_dir), probe, str(data_dir)) for a in agents}
+        cf.wait(list(futs.values()), timeout=timeout)
+        problems = []
+        for name, f in futs.items():
+            if not f.done():
+                f.cancel(running=True)
+                problems.append(f"agent {name} did not answer within {timeout:g} s")
+            elif f.cancelled() or f.exception() is not None:
+                problems.append(f"agent {name}: {_line(f.exception())}")
+            else:
                 problems += [f"agent {name} on {p}" for p in f.result()]
-            return problems, [a.name for a in agents]
-        finally:
-            ex.shutdown(wait=False, cancel_futures=True)
+        return problems, [a.name for a in agents]
     finally:
         (jobs_dir / probe).unlink(missing_ok=True)
