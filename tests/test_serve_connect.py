@@ -6,6 +6,7 @@ agents; a raw command run by the per-command sandbox on an agent is contained to
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -315,3 +316,42 @@ def test_a_killed_service_leaves_no_command_on_the_agents(runtime, serve) -> Non
         time.sleep(0.1)
     srv.stop(signal.SIGKILL)
     assert not _gone(f"sleep {mark}", job, timeout=15)
+
+
+def test_the_bridge_refuses_bad_requests(runtime, tmp_path: Path) -> None:
+    """The service's side of the runner's pipe (what a subverted runner could write): a good
+    request runs its command on an agent and is answered; a malformed one stops the job with
+    one line, and nothing it asked for runs."""
+    from shoal.service.connect import Bridge, _client
+
+    job = tmp_path / "jobs" / "00112233aabbccdd"
+    (job / "work").mkdir(parents=True)
+    os.chown(job / "work", host().uid, host().gid)
+    data = tmp_path / "data"
+    data.mkdir()
+    b = Bridge(_client(str(runtime)), job, data, Limits(workers=2), tmp_path / "log", job.name)
+    req, resp = b.child_fds
+    answers = os.fdopen(resp, "r")
+    try:
+        os.write(req, json.dumps({"op": "submit", "id": 1, "argv": ["/bin/sh", "-c",
+                                  "echo hi >&2; id -u > who.txt"], "cwd": "/work",
+                                  "after": [], "prefer": None}).encode() + b"\n")
+        got = json.loads(answers.readline())
+        assert (got["op"], got["id"], got["rc"]) == ("done", 1, 0), got
+        assert got["agent"] in ("a1", "a2") and b"hi" in base64.b64decode(got["stderr"])
+        assert (job / "work" / "who.txt").read_text() == f"{host().uid}\n"
+        assert b.reason() is None
+        os.write(req, json.dumps({"op": "submit", "id": 2, "argv": ["/bin/sh", "-c",
+                                  "touch bad.txt"], "cwd": "/etc", "after": [],
+                                  "prefer": None}).encode() + b"\n")
+        deadline = time.monotonic() + 10
+        while b.reason() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert b.reason() == ("sandbox: bad request from the job's runner (cwd '/etc' is not "
+                              "below /work)"), b.reason()
+    finally:
+        os.close(req)
+        b.finish()
+        answers.close()
+    assert not (job / "work" / "bad.txt").exists()
+    assert "connect: 1 command(s) ran on 1 agent(s)" in (tmp_path / "log").read_text()

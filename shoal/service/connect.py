@@ -40,8 +40,8 @@ from typing import Any
 from .sandbox import SCRIPT, JobResult, Limits, _note, _python, _run, _secs
 from .sandbox_cmd import task_check, task_run, task_sweep
 
-MAX_LINE = 1 << 20        # longest request the runner may send
-MAX_COMMANDS = 1_000_000  # requests per job (bounds the service's memory per job)
+MAX_LINE = 64 << 10       # longest request the runner may send (a chain's is ~200 bytes)
+MAX_BYTES = 64 << 20      # requests per job, in all: bounds the service's memory per job
 START_TIMEOUT = 15.0      # connecting to the head
 
 
@@ -65,7 +65,7 @@ class Bridge:
         self._pending: dict[int, dict[str, Any]] = {}   # id -> request, waiting to be sent
         self._futs: dict[int, Any] = {}                 # id -> shoal future, sent
         self._ok: dict[int, bool] = {}                  # id -> it finished (not failed)
-        self._count = 0
+        self._bytes = 0           # bytes of requests read
         self.cpu = 0.0            # CPU seconds of the job's finished commands
         self.commands = 0         # commands that ran to their end
         self.agents_used: set[str] = set()
@@ -94,6 +94,10 @@ class Bridge:
                 if not chunk:
                     break
                 buf += chunk
+                self._bytes += len(chunk)
+                if self._bytes > MAX_BYTES:
+                    self._events.put(("bad", f"more than {MAX_BYTES >> 20} MiB of requests"))
+                    break
                 *lines, buf = buf.split(b"\n")
                 if len(buf) > MAX_LINE:
                     self._events.put(("bad", f"a request of more than {MAX_LINE} bytes"))
@@ -168,9 +172,6 @@ class Bridge:
                 raise ValueError("after: unknown command ids")
             if prefer is not None and not isinstance(prefer, str):
                 raise ValueError("prefer must be an agent name")
-            self._count += 1
-            if self._count > MAX_COMMANDS:
-                raise ValueError(f"more than {MAX_COMMANDS} commands")
             self._pending[ident] = {"argv": argv, "cwd": cwd, "after": after,
                                     "prefer": prefer}
         elif op == "cancel":

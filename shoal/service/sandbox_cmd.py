@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -171,26 +172,15 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], i
     init = _read_info(info_r)
     pump = _Pump(out_r, max_log)
     pump.start()
-    reason = None
-    while True:
-        try:
-            proc.wait(timeout=0.05)
-            break
-        except subprocess.TimeoutExpired:
-            pass
-        if stop.is_set():
-            reason = "stopped"
-        elif time.monotonic() - t0 > limits.wall_s:
-            reason = f"wall time limit {_secs(limits.wall_s)} reached"
-        elif cg is not None and (cpu := cg.cpu_seconds()) is not None and cpu > limits.cpu_s:
-            reason = f"CPU time limit {_secs(limits.cpu_s)} exceeded"
-        elif cg is not None and cg.oom_kills():
-            reason = f"memory limit {_size(limits.memory_bytes)} exceeded"
-        elif cg is not None and cg.pids_max_hits():
-            reason = f"process limit {limits.nprocs} reached"
-        if reason is not None:
-            _kill(proc, cg)
-            break
+    try:  # wakes the moment the command ends (Popen.wait(timeout) polls with sleeps)
+        pidfd: int | None = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    try:
+        reason = _watch(proc, pidfd, cg, limits, stop, t0)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
     rc = proc.wait()
     _reap(cg, init)
     pump.join(timeout=5)
@@ -209,6 +199,36 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], i
         out["output"] += f"\n[{pump.dropped} more bytes of output dropped]\n".encode()
     return out
 
+
+
+def _watch(proc: subprocess.Popen, pidfd: int | None, cg: JobCgroups | None, limits: Limits,
+           stop: threading.Event, t0: float) -> str | None:
+    """Wait for the command, looking at its limits every 50 ms; why it was killed, or None."""
+    while True:
+        if pidfd is not None:
+            select.select([pidfd], [], [], 0.05)
+            if proc.poll() is not None:
+                return None
+        else:
+            try:
+                proc.wait(timeout=0.05)
+                return None
+            except subprocess.TimeoutExpired:
+                pass
+        reason = None
+        if stop.is_set():
+            reason = "stopped"
+        elif time.monotonic() - t0 > limits.wall_s:
+            reason = f"wall time limit {_secs(limits.wall_s)} reached"
+        elif cg is not None and (cpu := cg.cpu_seconds()) is not None and cpu > limits.cpu_s:
+            reason = f"CPU time limit {_secs(limits.cpu_s)} exceeded"
+        elif cg is not None and cg.oom_kills():
+            reason = f"memory limit {_size(limits.memory_bytes)} exceeded"
+        elif cg is not None and cg.pids_max_hits():
+            reason = f"process limit {limits.nprocs} reached"
+        if reason is not None:
+            _kill(proc, cg)
+            return reason
 
 def check(jobs_dir: Path, probe: str, data_dir: Path) -> list[str]:
     """What keeps this node from running the service's commands (empty: nothing)."""

@@ -5,7 +5,9 @@ compiles ``SCRIPT`` (named ``NAME`` in messages) in strict mode in the current d
 job's working tree) and runs it on a local shoal runtime, like ``shoal script --strict``. It
 prints the commands' output in script order, ``progress: K/N commands finished`` lines on
 stderr, and writes one JSON line to ``FD`` for the sandbox: ``{"refused": "job.sh:3: ..."}``
-or ``{"exit": STATUS}``.
+or ``{"exit": STATUS}``. With ``--bridge REQ,RESP`` (``shoal serve --connect``) the commands
+run on a runtime's agents through the service (``shoal.service.proxy``) instead of a local
+runtime.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("args", nargs="*")
     a = p.parse_args(argv)
     os.set_inheritable(a.status_fd, False)  # none of the job's processes gets it
+    if a.bridge:  # nor the pipes to the service (the compiler may run filters)
+        for fd in a.bridge.split(","):
+            os.set_inheritable(int(fd), False)
     status = os.fdopen(a.status_fd, "w")
 
     def report(obj: dict) -> None:
