@@ -154,6 +154,9 @@ class Bridge:
         if op == "agents":
             agents = [{"name": a.name, "host": a.host, "slots": a.slots}
                       for a in self.ex.agents()]
+            if not agents:
+                _note(self.log, "connect: no agent is connected to the runtime yet; the "
+                                "commands wait for one")
             self._answer({"op": "agents", "agents": agents})
         elif op == "submit":
             ident, argv, cwd = msg["id"], msg["argv"], msg["cwd"]
