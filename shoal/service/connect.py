@@ -4,9 +4,9 @@ The job's runner still compiles and drives the script inside the job's sandbox o
 service's host (``sandbox.py``: no network, the job user, limits), with the same code as a
 local job (``shoal.script.runner.run_plan``); only its executor differs: each command goes
 over a pipe to the :class:`Bridge` here (``proxy.py``), which submits it to the runtime at
-``F`` as a :class:`shoal.Command` that runs ``shoal.service.sandbox_cmd`` on the agent: the
-same bubblewrap sandbox, per command, with the job's ``work`` read-write and the data
-read-only. So the job directory must be where the agents see it at the same path (``--jobs``
+``F`` as a Python task, :func:`shoal.service.sandbox_cmd.task_run`, that a warm worker of an
+agent runs: the same bubblewrap sandbox, per command, with the job's ``work`` read-write and
+the data read-only. So the job directory must be where the agents see it at the same path (``--jobs``
 on a shared file system; on one machine it simply is).
 
 Limits of the job as a whole hold across nodes:
@@ -20,13 +20,14 @@ Limits of the job as a whole hold across nodes:
 
 Stopping a job (a limit, cancel, delete, the service's stop) kills its runner, writes
 ``JOB_DIR/stop`` (commands that reach a node later do not start), cancels every command
-(the agents kill them) and runs ``sandbox_cmd sweep`` on each agent, which kills whatever is
-left in the job's control groups there.
+(the agents kill the workers running them) and runs ``task_sweep`` on each agent, which kills
+whatever is left in the job's control groups there.
 """
 
 from __future__ import annotations
 
 import base64
+import collections
 import json
 import os
 import queue
@@ -63,6 +64,9 @@ class Bridge:
         self._answers: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._reason: str | None = None
         self._pending: dict[int, dict[str, Any]] = {}   # id -> request, waiting to be sent
+        self._missing: dict[int, int] = {}              # id -> dependencies not finished
+        self._dependents: dict[int, list[int]] = {}     # id -> pending ids waiting for it
+        self._ready: collections.deque[int] = collections.deque()  # pending, deps finished
         self._futs: dict[int, Any] = {}                 # id -> shoal future, sent
         self._ok: dict[int, bool] = {}                  # id -> it finished (not failed)
         self._bytes = 0           # bytes of requests read
@@ -177,11 +181,18 @@ class Bridge:
                 raise ValueError("prefer must be an agent name")
             self._pending[ident] = {"argv": argv, "cwd": cwd, "after": after,
                                     "prefer": prefer}
+            waits = [d for d in set(after) if d not in self._ok]
+            for d in waits:
+                self._dependents.setdefault(d, []).append(ident)
+            if waits:
+                self._missing[ident] = len(waits)
+            else:
+                self._ready.append(ident)
         elif op == "cancel":
             ident = msg["id"]
             if ident in self._pending:
                 del self._pending[ident]
-                self._ok[ident] = False
+                self._finished_one(ident, False)
                 self._answer({"op": "done", "id": ident, "error": "cancelled"})
             elif ident in self._futs:
                 self._futs[ident].cancel(running=True)  # its callback answers
@@ -189,21 +200,26 @@ class Bridge:
             raise ValueError(f"unknown op {op!r}")
 
     # -- commands on the runtime ----------------------------------------------------------
+    def _finished_one(self, ident: int, ok: bool) -> None:
+        """``ident`` ended (``ok``: it ran); the pending commands waiting only for it are
+        ready."""
+        self._ok[ident] = ok
+        for e in self._dependents.pop(ident, ()):
+            self._missing[e] -= 1
+            if self._missing[e] == 0:
+                del self._missing[e]
+                self._ready.append(e)
+
     def _dispatch(self) -> None:
-        """Send the pending commands whose dependencies finished, while fewer than
-        ``workers`` of this job are on the runtime."""
-        if self._reason is not None:
-            return
-        for ident in list(self._pending):
-            if len(self._futs) >= self.limits.workers:
-                return
-            req = self._pending[ident]
-            deps = req["after"]
-            if any(d not in self._ok for d in deps):
-                continue  # not finished yet
-            del self._pending[ident]
-            if not all(self._ok[d] for d in deps):
-                self._ok[ident] = False
+        """Send the ready commands (dependencies finished), in the order they came, while
+        fewer than ``workers`` of this job are on the runtime."""
+        while self._ready and self._reason is None and len(self._futs) < self.limits.workers:
+            ident = self._ready.popleft()
+            req = self._pending.pop(ident, None)
+            if req is None:  # cancelled meanwhile
+                continue
+            if not all(self._ok[d] for d in req["after"]):
+                self._finished_one(ident, False)
                 self._answer({"op": "done", "id": ident,
                               "error": "a command it depends on failed"})
                 continue
@@ -220,7 +236,7 @@ class Bridge:
                 task_run, req["argv"], str(self.job_dir), str(self.data_dir), asdict(left),
                 self.tag, req["cwd"])
         except Exception as exc:  # the head is gone, a bad agent name: the job fails
-            self._ok[ident] = False
+            self._finished_one(ident, False)
             self._stop_job(f"sandbox: the runtime refused a command: {exc}")
             return
         self._futs[ident] = fut
@@ -233,12 +249,12 @@ class Bridge:
         if agent:
             self.agents_used.add(agent)
         if fut.cancelled():
-            self._ok[ident] = False
+            self._finished_one(ident, False)
             self._answer({"op": "done", "id": ident, "error": "cancelled", "agent": agent})
             return
         exc = fut.exception()
         if exc is not None:
-            self._ok[ident] = False
+            self._finished_one(ident, False)
             self._answer({"op": "done", "id": ident, "agent": agent,
                           "error": f"{type(exc).__name__}: {_line(exc)}"})
             self._stop_job(f"sandbox: a command could not run on the runtime: "
@@ -247,7 +263,7 @@ class Bridge:
         st = fut.result()
         self.commands += 1
         self.cpu += float(st.get("cpu") or 0.0)
-        self._ok[ident] = True
+        self._finished_one(ident, True)
         self._answer({"op": "done", "id": ident, "agent": agent, "rc": int(st["exit"]),
                       "wall": st.get("wall"),
                       "stderr": base64.b64encode(st.get("output") or b"").decode()})
