@@ -304,18 +304,24 @@ def test_bad_connect_is_one_line(tmp_path: Path) -> None:
                                                  "file")
 
 
-def test_a_killed_service_leaves_no_command_on_the_agents(runtime, serve) -> None:
-    """SIGKILL of the service (and its session): the head sees its client gone and the agents
-    stop the job's commands; nothing of the job keeps running anywhere."""
-    srv = serve(extra=("--connect", str(runtime)))
-    mark = str(30000 + secrets.randbelow(30000))
-    job = srv.submit(f"sleep {mark}5 &\nsleep {mark}6\n")["id"]
-    deadline = time.monotonic() + 20
-    while len(_job_processes(f"sleep {mark}")) < 2:
-        assert time.monotonic() < deadline, _job_processes(f"sleep {mark}")
-        time.sleep(0.1)
-    srv.stop(signal.SIGKILL)
-    assert not _gone(f"sleep {mark}", job, timeout=15)
+def test_a_stopped_or_killed_service_leaves_no_command_on_the_agents(runtime, serve) -> None:
+    """SIGTERM: the service stops its jobs' commands itself and exits. SIGKILL of the service
+    (and its session): the head declares its client lost and the agents stop the job's
+    commands. Either way nothing of the job keeps running anywhere."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        srv = serve(extra=("--connect", str(runtime)))
+        mark = str(30000 + secrets.randbelow(30000))
+        job = srv.submit(f"sleep {mark}5 &\nsleep {mark}6\n")["id"]
+        deadline = time.monotonic() + 20
+        while len(_job_processes(f"sleep {mark}")) < 2:
+            assert time.monotonic() < deadline, _job_processes(f"sleep {mark}")
+            time.sleep(0.1)
+        t = time.monotonic()
+        rc = srv.stop(sig, timeout=20)
+        if sig == signal.SIGTERM:
+            assert rc == 0 and time.monotonic() - t < 10, rc
+            assert not _job_processes(f"sleep {mark}", job)  # gone before the service exited
+        assert not _gone(f"sleep {mark}", job, timeout=15)
 
 
 def test_the_bridge_refuses_bad_requests(runtime, tmp_path: Path) -> None:
