@@ -23,7 +23,7 @@ import pytest
 
 from shoal import Executor
 from shoal.service.sandbox import Limits
-from shoal.service.sandbox_cmd import task_run
+from shoal.service.sandbox_cmd import task_check, task_run
 from shoal.service.sandbox_host import host
 from tests.script.script_helpers import needs_nco, run_bash, snapshot, write_model
 from tests.test_serve_api import NCO_SCRIPT
@@ -278,6 +278,16 @@ def test_a_raw_command_on_an_agent_is_contained(runtime, tmp_path: Path) -> None
     rc, st, err = run("/bin/sh", "-c", "echo ran > ran.txt")
     assert (rc, st["reason"]) == (137, "cancelled") and not (job / "work" / "ran.txt").exists()
     (job / "stop").unlink()
+    # the service's check at its start: the agent sees the jobs directory (a file the service
+    # wrote there) and the data directory, and can start a sandbox
+    (jobs / ".probe-x").write_text("probe\n")
+    with Executor(connect=str(runtime)) as ex:
+        assert ex.options(agent="a1").submit(task_check, str(jobs), ".probe-x",
+                                             str(data)).result(60) == []
+        bad = ex.options(agent="a1").submit(task_check, str(jobs), ".probe-y",
+                                            str(tmp_path / "nodata")).result(60)
+    assert len(bad) == 2 and "is not the service's here" in bad[0], bad
+    assert "data directory" in bad[1] and "is missing here" in bad[1], bad
     # the job directory must be where the agent sees it
     shutil.rmtree(job)
     rc, st, err = run("/bin/true")
