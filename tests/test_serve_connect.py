@@ -371,3 +371,44 @@ def test_the_bridge_refuses_bad_requests(runtime, tmp_path: Path) -> None:
         answers.close()
     assert not (job / "work" / "bad.txt").exists()
     assert "connect: 1 command(s) ran on 1 agent(s)" in (tmp_path / "log").read_text()
+
+
+# burns 0.6 s of its own CPU time (read from /proc), however loaded the machine is
+BURN = ("while :; do i=0; while [ $i -lt 2000 ]; do i=$((i+1)); done; "
+        "read -r _ _ _ _ _ _ _ _ _ _ _ _ _ u s _ < /proc/$$/stat; "
+        "[ $((u + s)) -ge 60 ] && break; done")
+
+
+def test_cpu_time_is_limited_per_command_and_summed_over_the_job(runtime, tmp_path: Path
+                                                                 ) -> None:
+    from shoal.service.connect import Bridge, _client
+
+    job = tmp_path / "jobs" / "0011223344556677"
+    (job / "work").mkdir(parents=True)
+    os.chown(job / "work", host().uid, host().gid)
+    data = tmp_path / "data"
+    data.mkdir()
+    # one command: its node's watch stops it at the limit
+    lim = {**Limits().__dict__, "cpu_s": 1}
+    with Executor(connect=str(runtime)) as ex:
+        st = ex.submit(task_run, ["/bin/sh", "-c", "while :; do :; done"], str(job),
+                       str(data), lim, job.name).result(60)
+    assert (st["exit"], st["reason"]) == (137, "CPU time limit 1 s exceeded"), st
+    # commands each under the limit: the service adds their CPU time up
+    b = Bridge(_client(str(runtime)), job, data, Limits(cpu_s=1, workers=1),
+               tmp_path / "log", job.name)
+    req, resp = b.child_fds
+    answers = os.fdopen(resp, "r")
+    try:
+        for k in (1, 2):
+            os.write(req, json.dumps({"op": "submit", "id": k, "argv": ["/bin/bash", "-c",
+                                      BURN], "cwd": "/work", "after": [],
+                                      "prefer": None}).encode() + b"\n")
+            got = json.loads(answers.readline())
+            assert (got["id"], got["rc"]) == (k, 0), got
+        assert b.reason() == "CPU time limit 1 s exceeded", (b.reason(), b.cpu)
+        assert 1.2 <= b.cpu < 2, b.cpu
+    finally:
+        os.close(req)
+        b.finish()
+        answers.close()
