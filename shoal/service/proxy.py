@@ -47,6 +47,7 @@ class ProxyFuture(cf.Future):  # type: ignore[type-arg]
         self._owner, self._id = owner, ident
 
     def cancel(self, *, running: bool = False) -> bool:  # type: ignore[override]
+        """Ask the service to drop or stop the command (queued or running alike)."""
         if self.done():
             return self.cancelled()
         self._owner._send({"op": "cancel", "id": self._id})
