@@ -1,0 +1,104 @@
+"""``python -m shoal.launch.boot``: the local default's head and agent from one interpreter.
+
+Started by :class:`shoal.launch.local.LocalCluster` (the *starter*). It imports once what
+the head and the agent both import (ZeroMQ, msgpack, the transport, logging, argparse),
+then forks the head and the agent, each in its own session, and waits for them: one
+interpreter start and one set of shared imports instead of two, which is most of a cold
+start's CPU. The head and the agent are the same processes as with ``python -m
+shoal.head`` / ``python -m shoal.agent`` (same code, arguments, exit statuses); only their
+parent is this process instead of the client.
+
+Protocol with the client: the spec (JSON: ``head`` and ``agent`` argument lists, the
+``connection`` file, the ``status`` descriptor) comes on stdin; on the status descriptor
+the starter writes ``head PID`` and ``agent PID`` once both are forked, then ``exit PID
+STATUS`` (a ``waitpid`` status) as each exits, and exits itself once both have. It dies
+with its parent (parent-death signal), and the head and the agent with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def _preload() -> None:
+    """What both the head and the agent import (see ``python -X importtime``)."""
+    import argparse  # noqa: F401
+    import logging  # noqa: F401
+
+    import msgpack  # noqa: F401
+    import zmq  # noqa: F401
+
+    import shoal._sys  # noqa: F401 - its parent-death signal loads ctypes in both
+    import shoal.transport.connfile  # noqa: F401
+    import shoal.transport.protocol  # noqa: F401
+    import shoal.transport.session  # noqa: F401
+
+
+def _child(role: str, argv: list[str], connection: object, status_fd: int) -> None:
+    """In a forked child: become the head or the agent; never returns."""
+    code = 1
+    try:
+        os.close(status_fd)
+        os.setsid()  # its own session: a Ctrl-C at the terminal reaches only the client
+        if role == "head":
+            from shoal.head.__main__ import main
+        else:
+            from shoal.agent.__main__ import main
+        sys.argv = [f"python -m shoal.{role}", *argv]
+        code = main(argv, connection=connection)  # type: ignore[arg-type]
+    except SystemExit as exc:  # argparse, sys.exit
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - report it as the interpreter would, then exit
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)  # not the starter's atexit handlers or buffers
+
+
+def main() -> int:
+    from shoal._sys import set_parent_death_signal
+
+    set_parent_death_signal()  # the client's death stops the starter, and so both children
+    spec = json.loads(sys.stdin.buffer.read())
+    status_fd = int(spec["status"])
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    if spec.get("owner") and os.getppid() != spec["owner"]:
+        return 1  # the client is gone already
+    _preload()
+    from shoal.transport.connfile import Connection
+
+    try:
+        connection = Connection.read(spec["connection"])
+    except (OSError, ValueError) as exc:
+        print(f"python -m shoal.launch.boot: {exc}", file=sys.stderr)
+        return 2
+    pids: dict[int, str] = {}
+    for role in ("head", "agent"):
+        pid = os.fork()
+        if pid == 0:
+            _child(role, spec[role], connection, status_fd)
+        pids[pid] = role
+    out = os.fdopen(status_fd, "w", buffering=1)
+    for pid, role in pids.items():
+        out.write(f"{role} {pid}\n")
+    while pids:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        if pids.pop(pid, None) is not None:
+            out.write(f"exit {pid} {status}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
