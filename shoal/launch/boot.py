@@ -8,16 +8,17 @@ start's CPU. The head and the agent are the same processes as with ``python -m
 shoal.head`` / ``python -m shoal.agent`` (same code, arguments, exit statuses); only their
 parent is this process instead of the client.
 
-Protocol with the client: the spec (JSON: ``head`` and ``agent`` argument lists, the
-``connection`` file, the ``status`` descriptor) comes on stdin; on the status descriptor
-the starter writes ``head PID`` and ``agent PID`` once both are forked, then ``exit PID
-STATUS`` (a ``waitpid`` status) as each exits, and exits itself once both have. It dies
-with its parent (parent-death signal), and the head and the agent with it.
+Arguments: ``--status FD``, the head's arguments (``--connection FILE`` among them),
+``--``, the agent's. On the status descriptor the starter writes ``head PID`` and ``agent
+PID`` once both are forked, then ``exit PID STATUS`` (a ``waitpid`` status) as each exits,
+and exits itself once both have. It dies with its parent (parent-death signal), and the
+head and the agent with it. Each child shows its own command line (``python -m
+shoal.head ...``, ``python -m shoal.agent ...``) in ``ps``, written over the starter's,
+which holds both.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -36,12 +37,29 @@ def _preload() -> None:
     import shoal.transport.session  # noqa: F401
 
 
+def set_cmdline(words: list[str]) -> None:
+    """Show ``words`` as this process's command line (``ps``, ``/proc/PID/cmdline``) by
+    writing over the original one in place, as setproctitle(3) does (cut to its length)."""
+    try:
+        import ctypes
+
+        with open("/proc/self/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (proc(5))
+        data = b"\0".join(os.fsencode(w) for w in words)[: end - start - 1]
+        data += b"\0" * (end - start - len(data))
+        ctypes.memmove(start, data, len(data))
+    except (OSError, ValueError, IndexError):
+        pass  # no /proc, an old kernel: the starter's command line shows
+
+
 def _child(role: str, argv: list[str], connection: object, status_fd: int) -> None:
     """In a forked child: become the head or the agent; never returns."""
     code = 1
     try:
         os.close(status_fd)
         os.setsid()  # its own session: a Ctrl-C at the terminal reaches only the client
+        set_cmdline([sys.orig_argv[0], "-m", f"shoal.{role}", *argv])
         if role == "head":
             from shoal.head.__main__ import main
         else:
@@ -66,26 +84,32 @@ def main() -> int:
     from shoal._sys import set_parent_death_signal
 
     set_parent_death_signal()  # the client's death stops the starter, and so both children
-    spec = json.loads(sys.stdin.buffer.read())
-    status_fd = int(spec["status"])
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    if spec.get("owner") and os.getppid() != spec["owner"]:
+    argv = sys.argv[1:]
+    try:
+        status_fd = int(argv[argv.index("--status") + 1])
+        sep = argv.index("--")
+        head, agent = argv[2:sep], argv[sep + 1:]
+        connfile = head[head.index("--connection") + 1]
+        owner = int(head[head.index("--owner-pid") + 1]) if "--owner-pid" in head else 0
+    except (ValueError, IndexError):
+        print("usage: python -m shoal.launch.boot --status FD HEAD-ARGS -- AGENT-ARGS",
+              file=sys.stderr)
+        return 2
+    if owner and os.getppid() != owner:
         return 1  # the client is gone already
     _preload()
     from shoal.transport.connfile import Connection
 
     try:
-        connection = Connection.read(spec["connection"])
+        connection = Connection.read(connfile)
     except (OSError, ValueError) as exc:
         print(f"python -m shoal.launch.boot: {exc}", file=sys.stderr)
         return 2
     pids: dict[int, str] = {}
-    for role in ("head", "agent"):
+    for role, args in (("head", head), ("agent", agent)):
         pid = os.fork()
         if pid == 0:
-            _child(role, spec[role], connection, status_fd)
+            _child(role, args, connection, status_fd)
         pids[pid] = role
     out = os.fdopen(status_fd, "w", buffering=1)
     for pid, role in pids.items():

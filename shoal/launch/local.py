@@ -89,8 +89,7 @@ class LocalCluster:
         if worker_env is None and hasattr(os, "fork") and hasattr(os, "pidfd_open"):
             # the starter reads the connection before it forks either: nothing to race
             # with the head's removal of the run directory
-            self._starter = _Starter(py, head_args, ["--connection", self.connfile, *agent_args],
-                                     self.connfile, int(me))
+            self._starter = _Starter(py, head_args, ["--connection", self.connfile, *agent_args])
             self.head, self.agent = self._starter.head, self._starter.agent
             self._pidfds[self._starter.fd] = self._starter
             return
@@ -207,20 +206,18 @@ class _Starter:
     """The starter process (shoal.launch.boot) and what it reports on its status pipe:
     the head's and the agent's pids, then their exit statuses."""
 
-    def __init__(self, py: str, head_args: list[str], agent_args: list[str], connfile: str,
-                 owner: int) -> None:
+    def __init__(self, py: str, head_args: list[str], agent_args: list[str]) -> None:
         import threading
 
         rfd, wfd = os.pipe()
         try:
-            self.proc = subprocess.Popen([py, "-m", "shoal.launch.boot"], stdin=subprocess.PIPE,
-                                         start_new_session=True, close_fds=True, pass_fds=(wfd,))
+            self.proc = subprocess.Popen(
+                [py, "-m", "shoal.launch.boot", "--status", str(wfd), *head_args, "--",
+                 *agent_args],
+                stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True,
+                pass_fds=(wfd,))
         finally:
             os.close(wfd)
-        spec = {"head": head_args, "agent": agent_args, "connection": connfile,
-                "status": wfd, "owner": owner}
-        with self.proc.stdin as pipe:  # type: ignore[union-attr]
-            pipe.write(json.dumps(spec).encode())
         os.set_blocking(rfd, False)
         self.fd = rfd
         self._buf = b""
