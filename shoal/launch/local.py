@@ -263,12 +263,13 @@ class _Starter:
         exited before both were forked, or was killed while they ran."""
         if self.read():
             return None
-        rc = self.proc.poll()
-        if len(self.pids) < 2:
-            return f"its starter (python -m shoal.launch.boot) exited with {_status(rc or 0)}"
-        if any(pid not in self.status for pid in self.pids.values()):
-            return f"its starter (python -m shoal.launch.boot) exited with {_status(rc or 0)}"
-        return None
+        if len(self.pids) == 2 and all(pid in self.status for pid in self.pids.values()):
+            return None  # it exited after both, as it should
+        try:  # it closed the pipe on its way out: its exit is a moment away
+            rc = self.proc.wait(2.0)
+        except subprocess.TimeoutExpired:
+            return "its starter (python -m shoal.launch.boot) closed its status pipe"
+        return f"its starter (python -m shoal.launch.boot) exited with {_status(rc)}"
 
     def close(self) -> None:
         """Reap the starter (it exits once the head and the agent have)."""
