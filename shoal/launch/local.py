@@ -309,13 +309,14 @@ class _Child:
 
     def _learn(self) -> int:
         if not self._pid:
-            pid = self._starter.pids.get(self.role)
-            if pid:
-                self._pid = pid
-                try:
-                    self._pidfd = os.pidfd_open(pid)
-                except OSError:  # already exited and reaped: its status is on the pipe
-                    pass
+            with self._starter._lock:  # the I/O thread and the caller's may both ask
+                pid = self._starter.pids.get(self.role)
+                if pid and not self._pid:
+                    try:
+                        self._pidfd = os.pidfd_open(pid)
+                    except OSError:  # already exited and reaped: its status is on the pipe
+                        pass
+                    self._pid = pid
         return self._pid
 
     def poll(self) -> int | None:
