@@ -96,6 +96,9 @@ def test_a_killed_starter_fails_the_executor_and_leaves_nothing():
         assert ex.submit(abs, -1).result(timeout=60) == 1
         procs = {cluster.head.pid, cluster.agent.pid, *_children(cluster.agent.pid)}
         f = ex.submit(time.sleep, 60)
+        # the head, stopped, cannot tell the client it shuts down (the starter's death
+        # sends it SIGTERM): the client learns of it from the starter's pipe alone
+        os.kill(cluster.head.pid, signal.SIGSTOP)
         os.kill(cluster._starter.proc.pid, signal.SIGKILL)
         with pytest.raises(ExecutorError, match=r"local runtime stopped: its starter .* SIGKILL"):
             f.result(timeout=30)
