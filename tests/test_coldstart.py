@@ -155,3 +155,16 @@ def test_the_client_that_asks_for_shutdown_gets_no_shutdown_back(tmp_path):
         if head.poll() is None:
             head.kill()
             head.wait()
+
+
+def test_a_runtime_aborted_as_it_starts_leaves_nothing():
+    # e.g. the client's imports failed, or Ctrl-C, right after the starter was started: it
+    # may not have said yet which processes are the head and the agent
+    from shoal.launch.local import LocalCluster
+
+    cluster = LocalCluster(workers=1)
+    cluster.abort()
+    pids = {cluster.head.pid, cluster.agent.pid, cluster._starter.proc.pid}
+    assert all(pids) and all(_gone(p) for p in pids)
+    cluster.stop()
+    assert not os.path.exists(cluster.rundir)

@@ -351,6 +351,7 @@ class _Child:
             self._starter.wait_readable(left)
 
     def send_signal(self, sig: int) -> None:
+        self.pid  # noqa: B018 - just started: wait until the starter says which it is
         if self.poll() is not None or self._pidfd < 0:
             return
         try:
