@@ -352,10 +352,13 @@ class _Child:
 
     def send_signal(self, sig: int) -> None:
         self.pid  # noqa: B018 - just started: wait until the starter says which it is
-        if self.poll() is not None or self._pidfd < 0:
+        if self.poll() is not None:
             return
         try:
-            signal.pidfd_send_signal(self._pidfd, sig)
+            if self._pidfd >= 0:
+                signal.pidfd_send_signal(self._pidfd, sig)
+            elif self._pid:  # no pidfd (refused here): the starter has not reported it gone
+                os.kill(self._pid, sig)
         except ProcessLookupError:
             pass
 
