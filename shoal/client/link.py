@@ -14,16 +14,14 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-import zmq
-
-from shoal.task.codec import Encoder
-from shoal.task.errors import ExecutorError, HeadLost, InitializerError
-from shoal.task.future import _LOG, ShoalFuture, deliver, wake
-from shoal.transport import protocol as P
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported where used: the client starts its runtime before it loads them
     from collections.abc import Callable
 
+    import zmq
+
+    from shoal.task.codec import Encoder
+    from shoal.task.errors import InitializerError
+    from shoal.task.future import ShoalFuture
     from shoal.transport.connfile import Connection
     from shoal.transport.session import PeerSession
 
@@ -64,6 +62,8 @@ class HeadLink:
     _client_num: int | None
 
     def _request(self, msg: list[Any], timeout: float) -> list[Any]:
+        from shoal.task.errors import ExecutorError
+
         ev = threading.Event()
         box: list[Any] = []
         with self._lock:
@@ -81,6 +81,13 @@ class HeadLink:
 
     # ---- the I/O thread ---------------------------------------------------------------------
     def _io_loop(self) -> None:
+        import zmq
+
+        from shoal.task.codec import Encoder
+        from shoal.task.errors import ExecutorError, HeadLost, InitializerError
+        from shoal.task.future import deliver, wake
+        from shoal.transport import protocol as P
+
         sock, codec, efd = self._sock, self._codec, self._efd
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
@@ -211,6 +218,10 @@ class HeadLink:
     def _break(self, exc: InitializerError) -> None:
         """A worker's initializer failed: as ProcessPoolExecutor, fail what is pending and
         refuse new tasks; the head drops this executor's queued tasks (I/O thread)."""
+        from shoal.task.errors import InitializerError
+        from shoal.task.future import _LOG
+        from shoal.transport import protocol as P
+
         cause = exc.__cause__
         _LOG.critical("Exception in initializer:\n%s", cause if cause is not None else exc)
         with self._lock:
@@ -224,6 +235,8 @@ class HeadLink:
                 self._requests.append(([P.CANCEL, None, tids], threading.Event(), []))
 
     def _fail_all(self, exc: BaseException) -> None:
+        from shoal.task.future import wake
+
         with self._lock:
             if self._error is None:
                 self._error = exc
