@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import socket
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -96,7 +97,9 @@ class HeadLink:
         for fd in watch:
             poller.register(fd, zmq.POLLIN)
         send = sock.send_multipart
-        send(codec.encode([P.HELLO, "client", {"pid": os.getpid()}]))
+        # host: a head on the same host watches this pid (killed -> lost at once, not after
+        # its heartbeat timeout), as it does for clients on its ipc endpoint
+        send(codec.encode([P.HELLO, "client", {"pid": os.getpid(), "host": socket.gethostname()}]))
         now = time.monotonic()
         last_heard = last_sent = now
         beat, silence = self._heartbeat_s, self._timeout_s
