@@ -10,13 +10,19 @@ W=bench/sim/workloads
 sim() { echo "shoal sim $*" >&2; $PY -m shoal sim "$@" --json >> "$OUT"; }
 sim $W/tiny.toml
 for policy in fifo big-first; do
-  for p in 1 0; do sim $W/rp-256.toml --policy $policy --prefetch $p; done
+  for p in 1 0; do
+    sim $W/rp-256.toml --policy $policy --prefetch $p
+    for e in 0 0.2; do sim $W/rp-256.toml --policy $policy --prefetch $p --estimate $e --cost zero; done
+  done
 done
 sim $W/million.toml
+sim $W/million.toml --estimate 0
+sim $W/million.toml --estimate 0 --cost zero
 sim $W/million.toml --scale-duration 0.5
 sim $W/weak-scaling.toml
 sim $W/million.toml --scale-duration 0.25
 sim $W/million.toml --scale-duration 0.125
 sim $W/million.toml --scale-duration 0.0625
 sim $W/million.toml --results batch
-sim $W/rp-2048.toml --policy big-first --prefetch 0   # ~15 minutes
+sim $W/rp-2048.toml --policy big-first --prefetch 0   # ~5-15 minutes each
+sim $W/rp-2048.toml --policy big-first --prefetch 0 --estimate 0 --cost zero
