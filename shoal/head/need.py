@@ -26,18 +26,25 @@ EST_SHIFT = 48                 # a task's ``seq`` moves ahead by its bucket << E
 SIZE_SHIFT = 32                # and (big_first) by its size << SIZE_SHIFT: length before size
 SIZE_MAX = (1 << 16) - 1       # (LPT: a long task left for last makes the tail)
 PREFETCH_LONG_S = 1.0
+_log2 = math.log2
 
 
 def est_bucket(opts: dict[str, Any] | None) -> int | None:
-    """The LPT bucket of a task's ``opts["estimate"]`` (None: no estimate, or not a number)."""
+    """The LPT bucket of a task's ``opts["estimate"]`` (None: no estimate, or not a number).
+    On every submission with options: class checks, not isinstance (bool is an int)."""
     if not opts:
         return None
     est = opts.get("estimate")
-    if est is None or isinstance(est, bool) or not isinstance(est, (int, float)):
+    c = est.__class__
+    if c is not float and c is not int:
         return None
-    if est <= 0 or est != est:  # (NaN too)
+    if not est > 0:  # (NaN too)
         return EST_MIN_BUCKET
-    return max(EST_MIN_BUCKET, int(math.floor(math.log2(min(est, 2.0**64)) * EST_PER_OCTAVE)))
+    x = _log2(est if est < 1.8e19 else 1.8e19) * EST_PER_OCTAVE
+    b = int(x)
+    if x < b:  # floor, below 1 s
+        b -= 1
+    return b if b > EST_MIN_BUCKET else EST_MIN_BUCKET
 
 
 LONG_BUCKET = est_bucket({"estimate": PREFETCH_LONG_S})
