@@ -12,6 +12,9 @@ Schedules
   short or blocked on sub-tasks), and the core hands it the oldest ready tasks that fit.
   A burst goes first to free cores (most credit first), then to the prefetch; agents that
   may have credit sit on a heap, so a result refills its own agent in O(log agents).
+- stated run times (``opts["estimate"]``, seconds): such tasks go longest first and, when
+  long, only to free cores (:mod:`shoal.head.filling`). ``defer_fill``: the server places
+  a turn's submissions together at its end (:meth:`fill`), not one SUBMIT at a time.
 - static: a batch is split up front into contiguous blocks, one per slot of the agents
   known at that moment (mpi4py-scatter style), and pushed whatever the credit.
 
@@ -152,7 +155,7 @@ class SchedulerCore(Filling, Placement):
         # ``defer_fill``: submit() only queues and fill() places, once per turn of the server
         # (every SUBMIT of a turn seen before any is placed: large tasks then go first)
         self.defer_fill = False
-        self._unfilled = False
+        self.unfilled = False
 
     # ---- agents -------------------------------------------------------------------
     def add_agent(self, name: bytes, slots: int, num: int = 0, *, gpus: int = 0, memory: int = 0,
@@ -383,7 +386,7 @@ class SchedulerCore(Filling, Placement):
                 self._push_shaped(task)
         if fresh:
             if self.defer_fill:
-                self._unfilled = True
+                self.unfilled = True
             else:
                 self._fill_all(d)
         return d
@@ -391,8 +394,8 @@ class SchedulerCore(Filling, Placement):
     def fill(self) -> Decisions:
         """Place what submit() queued with ``defer_fill`` (the end of the server's turn)."""
         d = Decisions()
-        if self._unfilled:
-            self._unfilled = False
+        if self.unfilled:
+            self.unfilled = False
             if self.ready or self.placed or self.nshaped or self._lower:
                 self._fill_all(d)
         return d
@@ -400,7 +403,7 @@ class SchedulerCore(Filling, Placement):
     def _shape(self, task: Task, d: Decisions) -> bool:
         """Read a task's resource request; False (and the task failed) when it is bad."""
         b = est_bucket(task.opts)
-        if b is not None:  # longest first (LPT), within the order of size (big_first)
+        if b is not None:  # longest first (LPT); under big_first length goes before size
             task.est = b
             task.seq -= (b - EST_MIN_BUCKET) << EST_SHIFT
         opts = task.opts

@@ -550,7 +550,7 @@ class Head:
             self.journal.finished(d.done_keys)
 
     def _flush(self) -> None:
-        if self.core._unfilled:  # this turn's submissions, placed together
+        if self.core.unfilled:  # this turn's submissions, placed together
             self._apply(self.core.fill())
         if self.journal is not None and self.journal.pending:
             self._journal_commit()  # journal: before any result of this turn leaves

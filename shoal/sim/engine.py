@@ -310,7 +310,7 @@ class Simulator:
                         got.extend(specs)
             if d.resolve:
                 self._resolved(d.resolve)
-        if core._unfilled:  # the server's _flush: this turn's submissions, placed together
+        if core.unfilled:  # the server's _flush: this turn's submissions, placed together
             c = clock()
             d = core.fill()
             cpu += clock() - c
