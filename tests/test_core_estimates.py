@@ -130,3 +130,18 @@ def test_big_first_long_multi_core_tasks_go_to_an_agent_whose_cores_freed():
                     OWNER)
     assert sent(d, A) == [1]
     assert sent(core.finished(A, ok(1)), A) == [2, 3]
+
+
+def test_deferred_fill_places_a_turns_submissions_together():
+    # the server reads every SUBMIT of a turn, then fills: a large task in the second
+    # message goes before the first message's small ones (big_first), which would otherwise
+    # have taken its cores
+    core = SchedulerCore(big_first=True)
+    core.defer_fill = True
+    core.add_agent(A, 8, gpus=1)
+    core.set_window(A, 8)
+    assert not core.submit([task(i) for i in range(1, 9)], OWNER).dispatch
+    assert not core.submit([task(9, cores=8, gpus=1)], OWNER).dispatch
+    assert core.unfilled
+    assert sent(core.fill(), A) == [9]
+    assert not core.unfilled and not core.fill().dispatch
