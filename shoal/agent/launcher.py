@@ -65,6 +65,8 @@ class Running:
     mpi: bool = False               # an MPI launcher (mpirun/srun) leads it: stop it gently
     kill_at: float = 0.0            # MPI: when SIGKILL follows the SIGTERM of kill() (0: none)
     launched: float = 0.0           # traced: epoch seconds when the agent called spawn
+    helper: Any = None              # the agent's shoal.agent.spawner.Spawner that runs it
+    key: int = 0                    # its name between the agent and that helper
 
 
 class LaunchError(Exception):
@@ -163,8 +165,7 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], 
         if pid is not None:
             for fd in opened:
                 os.close(fd)
-            return Running(tid, pid, os.pidfd_open(pid), spec, cores, time.monotonic(),
-                           captures)
+            return Running(tid, pid, -1, spec, cores, time.monotonic(), captures)
     try:
         if spec.get("cwd"):
             # posix_spawn cannot chdir; subprocess still uses vfork here
@@ -204,8 +205,7 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], 
     finally:
         for fd in opened:
             os.close(fd)
-    pidfd = os.pidfd_open(pid)
-    return Running(tid, pid, pidfd, spec, cores, time.monotonic(), captures, popen=popen)
+    return Running(tid, pid, -1, spec, cores, time.monotonic(), captures, popen=popen)
 
 
 _direct_env: tuple[dict[str, str], dict[str, str]] | None = None
@@ -401,10 +401,7 @@ def kill_overdue(runs: Iterable[Running], now: float) -> None:
     for run in runs:
         if run.kill_at and now >= run.kill_at and run.status is None:
             run.kill_at = -1.0  # once
-            try:
-                os.killpg(run.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            _signal(run, signal.SIGKILL)
 
 
 def kill(run: Running, sig: int = signal.SIGKILL) -> None:
@@ -415,12 +412,24 @@ def kill(run: Running, sig: int = signal.SIGKILL) -> None:
     if run.mpi and sig == signal.SIGKILL and not run.kill_at and not run.term_sent:
         run.kill_at = time.monotonic() + MPI_KILL_GRACE
         sig = signal.SIGTERM
+    _signal(run, sig)
+
+
+def _signal(run: Running, sig: int) -> None:
+    if run.helper is not None:  # the spawn helper's child: it signals it (by task id)
+        run.helper.kill(run.key, sig, run.stopping)
+    else:
+        kill_group(run.pid, sig)
+
+
+def kill_group(pid: int, sig: int) -> None:
+    """Signal a command's process group (it runs in its own session: its children too)."""
     try:
-        os.killpg(run.pid, sig)  # the command runs in its own session: take its children too
+        os.killpg(pid, sig)
     except ProcessLookupError:
         pass
     except PermissionError:
         try:
-            os.kill(run.pid, sig)
+            os.kill(pid, sig)
         except ProcessLookupError:
             pass
