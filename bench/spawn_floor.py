@@ -183,8 +183,9 @@ def run_agent(n: int, par: int, capture: bool) -> tuple[float, float, float]:
     while started < n or runs:
         while len(runs) < par and started < n:
             run = launcher.spawn(started, spec, 1, env)
-            runs[run.pidfd] = run
-            ep.register(run.pidfd, select.EPOLLIN)
+            fd = os.pidfd_open(run.pid)
+            runs[fd] = run
+            ep.register(fd, select.EPOLLIN)
             started += 1
         for fd, _ in ep.poll(1.0):
             run = runs[fd]

@@ -275,6 +275,7 @@ class _Helper:
                     os.close(fd)
                 except OSError:
                     pass
+        launcher._devnull_in = launcher._devnull_out = -1  # were the agent's, if opened
         # The agent handles SIGINT and SIGTERM (a drain lets running commands finish): the
         # helper leaves only with the agent (end-of-file, or SIGHUP when it dies). They are
         # caught, not ignored: an exec resets a caught signal to its default, while an
