@@ -39,6 +39,7 @@ workers) close their copy of the agent's end at fork, so they cannot keep it ope
 from __future__ import annotations
 
 import array
+import math
 import os
 import pickle
 import select
@@ -56,6 +57,8 @@ MAX_MSG = 60 << 10        # bigger messages go in a memfd (SEQPACKET: one messag
 SOCK_BUF = 1 << 20
 BLOB = b"F"               # marks a message whose pickle is in the attached memfd
 _FD_SPACE = socket.CMSG_SPACE(4)
+REPORT_DELAY_S = 0.002    # a report waits at most this long for others (see _loop)
+REPORT_BATCH = 256
 TRIM_S = 1.0              # how often output over --max-output is cut back
 
 _agent_fd = -1            # the agent's end, closed in every process the agent forks later
@@ -305,10 +308,13 @@ class _Helper:
         poller.register(sock_fd, select.POLLIN)
         poller.register(wake_r, select.POLLIN)
         trim_at = time.monotonic() + TRIM_S
+        out_since = 0.0  # when the oldest report not sent yet was made
         while True:
-            timeout = None
-            if self.running:
-                timeout = max(0, int((trim_at - time.monotonic()) * 1000) + 1)
+            due = trim_at if self.running else math.inf
+            if self.out:
+                due = min(due, out_since + REPORT_DELAY_S)
+            timeout = None if due == math.inf else max(
+                0, math.ceil((due - time.monotonic()) * 1000))
             events = poller.poll(timeout)
             for fd, _ in events:
                 if fd == wake_r:
@@ -325,13 +331,22 @@ class _Helper:
             self._reap()
             self._launch()
             if self.out:
-                out, self.out = self.out, []
-                data, fds = _encode(out)
-                if fds:
-                    socket.send_fds(self.sock, [data], fds)
-                    os.close(fds[0])
-                else:
-                    self.sock.send(data)
+                now = time.monotonic()
+                if not out_since:
+                    out_since = now
+                # Reports wait for company (one message for several exits, as the agent's
+                # RESULTS do) while more is queued here than runs; when the queue runs low
+                # they go at once, so the agent sends more.
+                if (len(self.queue) <= len(self.running) or len(self.out) >= REPORT_BATCH
+                        or now - out_since >= REPORT_DELAY_S):
+                    out, self.out = self.out, []
+                    out_since = 0.0
+                    data, fds = _encode(out)
+                    if fds:
+                        socket.send_fds(self.sock, [data], fds)
+                        os.close(fds[0])
+                    else:
+                        self.sock.send(data)
             if self.running and time.monotonic() >= trim_at:
                 trim_at = time.monotonic() + TRIM_S
                 launcher.trim_captures(self.running.values())
