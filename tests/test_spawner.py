@@ -158,7 +158,8 @@ def test_the_helper_stops_its_commands_when_the_agent_end_closes(tmp_path):
     assert _wait_gone([child, d.sp.pid], 1.0) == []
 
 
-def test_kill_9_of_the_agent_leaves_no_command_behind(tmp_path):
+@pytest.mark.parametrize("whole_group", [False, True])
+def test_kill_9_of_the_agent_leaves_no_command_behind(tmp_path, whole_group):
     fg, bg = tmp_path / "fg", tmp_path / "bg"
     with Executor(workers=1) as ex:
         f = ex.submit(Command(f"echo $$ > {fg}; sleep 60 & echo $! > {bg}; wait"))
@@ -166,7 +167,10 @@ def test_kill_9_of_the_agent_leaves_no_command_behind(tmp_path):
         agent = ex.agents()[0].pid
         assert _ppid(_ppid(leader)) == agent  # the helper's child
         helpers = [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == agent]
-        os.kill(agent, signal.SIGKILL)
+        if whole_group:  # the agent and its workers, as a batch system's kill of a step
+            os.killpg(os.getpgid(agent), signal.SIGKILL)
+        else:
+            os.kill(agent, signal.SIGKILL)
         assert _wait_gone([leader, child, *helpers]) == [], "left behind by kill -9 of the agent"
         f.cancel()
 

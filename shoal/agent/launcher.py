@@ -1,8 +1,9 @@
-"""Launching command tasks: posix_spawn (vfork semantics), pidfds, captured output.
+"""Launching command tasks: posix_spawn (vfork semantics), reaping, captured output.
 
-The agent never fork()s a Python interpreter per command: ``os.posix_spawnp`` uses
-vfork-like clone in glibc, and process exit is observed through a pidfd, so launching
-and reaping are events in the agent's single poll loop, not threads.
+These functions run in the agent's spawn helper (shoal.agent.spawner), which starts,
+reaps and reads every command; the agent keeps a ``Running`` record per command for its
+books, and ``kill`` on it goes to the helper. No Python interpreter is fork()ed per
+command: ``os.posix_spawn`` uses a vfork-like clone in glibc.
 
 Captured output goes to anonymous memory files (memfd), read once the command exits:
 one event per command (its exit) instead of three (exit and EOF on two pipes), no pipe
@@ -48,8 +49,8 @@ DEFAULT_SIGNALS = tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ", "SIGX
 @dataclass(slots=True)
 class Running:
     tid: int
-    pid: int
-    pidfd: int
+    pid: int                        # 0 in the agent's record (the helper knows it)
+    pidfd: int                      # unused: -1 (the helper reaps with waitid)
     spec: dict[str, Any]
     cores: int
     started: float
@@ -335,7 +336,7 @@ def release(run: Running) -> None:
 
 
 def reap(run: Running) -> bool:
-    """Collect the exit status once the pidfd said so; True when reaped.
+    """Collect the exit status of a command that exited; True when reaped.
 
     What the command left running in its session (background children) is killed
     first, as batch systems do at the end of a job step: the exited leader is still a

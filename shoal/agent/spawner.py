@@ -29,11 +29,12 @@ exited (rc None: dropped before it started; status None: its output was not want
 ``(key, None, 0.0, 0.0, None, message, None)`` for one that could not start (``started``
 and ``ended`` are ``time.monotonic()`` values, the same clock in both processes).
 
-Nothing is left behind when the agent dies, even by SIGKILL: the helper sees the socket's
-end-of-file (and, as a second signal, SIGHUP by PR_SET_PDEATHSIG), kills every command's
-process group -- an MPI launcher gets SIGTERM and ``MPI_KILL_GRACE`` seconds first, so it
-can stop its remote ranks -- reaps them and exits. Processes the agent forks later (its
-workers) close their copy of the agent's end at fork, so they cannot keep it open.
+Nothing is left behind when the agent dies, even by SIGKILL of its whole process group
+(the helper has a group of its own): the helper sees the socket's end-of-file (and, as a
+second signal, SIGHUP by PR_SET_PDEATHSIG), kills every command's process group -- an MPI
+launcher gets SIGTERM and ``MPI_KILL_GRACE`` seconds first, so it can stop its remote
+ranks -- reaps them and exits. Processes the agent forks later (its workers) close their
+copy of the agent's end at fork, so they cannot keep it open.
 """
 
 from __future__ import annotations
@@ -279,6 +280,10 @@ class _Helper:
                 except OSError:
                     pass
         launcher._devnull_in = launcher._devnull_out = -1  # were the agent's, if opened
+        try:  # a group of its own: a kill -9 of the agent's process group leaves it to clean up
+            os.setpgid(0, 0)
+        except OSError:
+            pass
         # The agent handles SIGINT and SIGTERM (a drain lets running commands finish): the
         # helper leaves only with the agent (end-of-file, or SIGHUP when it dies). They are
         # caught, not ignored: an exec resets a caught signal to its default, while an
