@@ -153,6 +153,7 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
         # trace (the head said so in WELCOME): results carry this agent's times, a 6th
         # field [launched, started, ended, cpus, gpus, worker] (shoal.trace.store)
         self.trace = False
+        self.run_slots = 0      # slots of the run as the head welcomed this agent
         self.trace_launch: dict[int, float] = {}  # Python task -> when given to a worker
         self.out_submit: list[list[Any]] = []
         self.out_funcs: dict[int, bytes] = {}
