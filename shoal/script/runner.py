@@ -67,6 +67,9 @@ class RunOptions:
     # "cluster" (per node: only intermediates inside one cluster), "auto" (from agents' hosts)
     shm_scope: str = "auto"
     locality: bool = True               # prefer the agent that wrote a cluster's inputs
+    # an Executor-like object to run on instead of starting one (shoal serve --connect's
+    # runner, shoal.service.proxy); run_plan shuts it down
+    executor: Any = None
 
 
 @dataclass
@@ -336,7 +339,7 @@ def run_plan(plan: Plan, workdir: str, opts: RunOptions | None = None) -> RunRep
     if backend == "shoal":
         from shoal import Executor
 
-        ex = Executor(workers=opts.workers, connect=opts.connect)
+        ex = opts.executor or Executor(workers=opts.workers, connect=opts.connect)
     try:
         return _run_plan(plan, workdir, opts, t0, backend, ex)
     finally:
