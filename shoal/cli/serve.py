@@ -41,6 +41,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--wall", type=float, metavar="SECONDS", help="wall time limit of a job")
     p.add_argument("--output", metavar="SIZE", help="output size limit of a job")
     p.add_argument("--workers", type=int, metavar="N", help="commands a job runs at once")
+    p.add_argument("--no-resume", dest="resume", action="store_false",
+                   help="after a restart, mark the jobs that were running failed instead of "
+                        "resuming them (docs/serve.md, Restarts)")
     p.add_argument("--certfile", metavar="PEM", help="serve HTTPS with this certificate chain")
     p.add_argument("--keyfile", metavar="PEM", help="... and this private key")
     p.set_defaults(func=main)
@@ -130,7 +133,7 @@ def main(args: argparse.Namespace) -> int:
 
     app = create_app(data_dir=data, jobs_dir=jobs, tokens=tokens, limits=limits,
                      run_job=run_job, max_upload=max_upload, max_running=args.max_running,
-                     data_root=sandbox.DATA)
+                     data_root=sandbox.DATA, resume=args.resume)
     return asyncio.run(_serve(app, host, int(port_s), ssl_ctx))
 
 

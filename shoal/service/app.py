@@ -501,11 +501,11 @@ async def job_archive(request: web.Request) -> web.StreamResponse:
 
 def create_app(*, data_dir: Path, jobs_dir: Path, tokens: Tokens, limits: Any,
                run_job: Callable[..., Any], max_upload: int = 256 << 20, max_running: int = 2,
-               data_root: str = "/data") -> web.Application:
+               data_root: str = "/data", resume: bool = False) -> web.Application:
     """The service: ``run_job`` runs one job (``shoal.service.sandbox.run_job``); scripts see
-    the data directory at ``data_root``."""
+    the data directory at ``data_root``; ``resume``: jobs cut off by a restart go on."""
     app = web.Application(middlewares=[errors_and_auth], client_max_size=MAX_SCRIPT)
-    jm = JobManager(jobs_dir, data_dir, limits, run_job, max_running=max_running)
+    jm = JobManager(jobs_dir, data_dir, limits, run_job, max_running=max_running, resume=resume)
     jm.output_quota.update({t.name: t.max_output for t in tokens.tokens})
     app[JOBS_KEY] = jm
     app[CONF_KEY] = {"tokens": tokens, "data_dir": data_dir, "max_upload": max_upload,

@@ -39,6 +39,7 @@ from .sandbox_host import Host, JobCgroups, host, reprobe
 DATA = "/data"           # where the data directory appears inside the sandbox
 WORK = "/work"           # the job's working tree (its outputs), job_dir/work outside
 SCRIPT = "/job/script"   # the script, read-only
+STATE = "/job/state"     # a resumable job's plan and journal (job_dir/state), see run_job
 SHOAL = "/opt/shoal"     # PYTHONPATH: the shoal package that runs the job, read-only
 ENTRY_MIN = 4096         # every file counts at least this much against the output limit
 _ETC = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime",
@@ -132,23 +133,32 @@ def _secs(s: float) -> str:
 
 
 def run_job(script: Path, args: list[str], *, job_dir: Path, data_dir: Path, limits: Limits,
-            log: Path, cancel: threading.Event | None = None) -> JobResult:
+            log: Path, cancel: threading.Event | None = None,
+            resumable: bool = False) -> JobResult:
     """Compile ``script`` in strict mode and run it with ``args`` in a sandbox.
 
     The job works in ``job_dir/work`` (made if missing; its outputs stay there) and sees
     ``data_dir`` read-only at ``/data``. Its output, the runner's progress lines and the
     sandbox's own lines are appended to ``log``. Setting ``cancel`` stops it at once.
+
+    ``resumable``: the runner keeps the compiled plan and the head's journal in
+    ``job_dir/state`` (``/job/state`` inside, out of the commands' reach: strict mode lets a
+    command change nothing outside ``/work``) and its run directory in ``work``; a later call
+    for the same job (after the service was killed) runs the same plan again and skips the
+    commands that finished. A stopped resumable job keeps that run directory: the caller
+    removes it (``JobManager`` does, when the job ends for good).
     """
     if not Path(script).is_file():
         return JobResult(125, f"sandbox: script {str(script)!r} not found")
 
     def argv(status_fd: int) -> list[str]:
         return [_python(), "-s", "-m", "shoal.service.sandbox_job", "--status-fd",
-                str(status_fd), "--workers", str(limits.workers), "--name", script.name, SCRIPT,
-                "--", *args]
+                str(status_fd), "--workers", str(limits.workers), "--name", script.name,
+                *(["--state", STATE] if resumable else []), SCRIPT, "--", *args]
 
     return _run(argv, job_dir=job_dir, data_dir=data_dir, limits=limits, log=log,
-                cancel=cancel, script=script)
+                cancel=cancel, script=script, resumable=resumable)
+
 
 
 def run_sandboxed(argv: list[str], *, job_dir: Path, data_dir: Path, limits: Limits,
@@ -218,7 +228,7 @@ def _pythonpath(binds: list[tuple[str, str]]) -> str:
 
 
 def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: Path | None,
-                fds: list[int], info_fd: int | None = None) -> list[str]:
+                fds: list[int], info_fd: int | None = None, state: bool = False) -> list[str]:
     a = [h.bwrap or "bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net",
          "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
          "--die-with-parent", "--new-session", "--clearenv"]
@@ -266,6 +276,8 @@ def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: 
           "--bind", str(job_dir / "work"), WORK]
     if script is not None:
         a += parents(SCRIPT) + ["--ro-bind", str(script), SCRIPT]
+    if state:
+        a += parents(STATE) + ["--bind", str(job_dir / "state"), STATE]
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK, "TMPDIR": "/tmp",
            "LANG": "C.UTF-8", "USER": h.user, "LOGNAME": h.user, "PYTHONPATH": _pythonpath(binds),
            # no user site (HOME is the job's tree), no cwd on sys.path: files the job writes
@@ -368,7 +380,8 @@ def _validate(limits: Limits) -> None:
 
 
 def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, limits: Limits,
-         log: Path, cancel: threading.Event | None, script: Path | None) -> JobResult:
+         log: Path, cancel: threading.Event | None, script: Path | None,
+         resumable: bool = False) -> JobResult:
     _validate(limits)
     h = host()
     problems = h.problems()
@@ -382,6 +395,9 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
     if bad:
         return JobResult(125, f"sandbox: {bad}")
     _prepare_work(work, h)
+    if resumable:  # the job user's, outside work (not counted as output, not in archives)
+        (job_dir / "state").mkdir(mode=0o700, exist_ok=True)
+        _prepare_work(job_dir / "state", h)
     log.parent.mkdir(parents=True, exist_ok=True)
     fds: list[int] = []
     cg: JobCgroups | None = None
@@ -401,7 +417,7 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
         info_r, info_w = os.pipe()
         fds.append(info_w)
         try:
-            bw = _bwrap_args(h, job_dir, data_dir, limits, script, fds, info_w)
+            bw = _bwrap_args(h, job_dir, data_dir, limits, script, fds, info_w, resumable)
         except SandboxError as exc:
             os.close(info_r)
             return JobResult(125, f"sandbox: {exc}")
@@ -409,7 +425,7 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
         status_r, status_w = os.pipe()
         fds.append(status_w)
         return _supervise(h, cg, bw + argv(status_w), fds, status_r, info_r, job_dir, limits,
-                          log, cancel, script is not None)
+                          log, cancel, script is not None, resumable)
     finally:
         for fd in fds:
             try:
@@ -444,7 +460,8 @@ _JOIN = ('[ "$PPID" = "$1" ] || exit 125; shift; '
 
 def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], status_r: int,
                info_r: int, job_dir: Path, limits: Limits, log: Path,
-               cancel: threading.Event | None, script_job: bool) -> JobResult:
+               cancel: threading.Event | None, script_job: bool,
+               resumable: bool = False) -> JobResult:
     work = job_dir / "work"
     join = [h.setpriv or "setpriv", "--pdeathsig", "KILL", "--", "/bin/sh", "-c", _JOIN, "sh",
             str(os.getpid()), *(cg.procs_files() if cg else []), "--"]
@@ -531,7 +548,8 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], s
         code = 125
     else:  # stopped: a limit or cancel (the runner could not remove its scratch tree)
         code = 137
-        _cleanup_scratch(work)
+        if not resumable:  # else the caller decides: resumed later, or drop_resume_state
+            _cleanup_scratch(work)
     _note(log, f"end: exit status {code}" + (f"; {reason}" if reason else "")
           + f" ({time.monotonic() - t0:.1f} s)")
     return JobResult(code, reason)
