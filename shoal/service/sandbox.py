@@ -218,6 +218,12 @@ def _python_binds() -> list[tuple[str, str]]:
     out.append((pkg, f"{SHOAL}/shoal"))
     sites = [d for d in site.getsitepackages() if os.path.isdir(d)
              and not os.path.realpath(d).startswith(base + "/")]
+    # package directories on PYTHONPATH too (an interpreter run with another one's packages)
+    for d in sys.path:
+        if os.path.basename(d) in ("site-packages", "dist-packages") and os.path.isdir(d) \
+                and not os.path.realpath(d).startswith(base + "/") \
+                and all(os.path.realpath(d) != os.path.realpath(e) for e in sites):
+            sites.append(d)
     for i, d in enumerate(sites):
         out.append((d, f"{SHOAL}/site{i}"))
     return out
@@ -232,6 +238,8 @@ def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: 
     a = [h.bwrap or "bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net",
          "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
          "--die-with-parent", "--new-session", "--clearenv"]
+    if h.rootless:  # not root: a user namespace of its own, none nested inside (bwrap >= 0.8)
+        a[1:1] = ["--unshare-user", "--disable-userns"]
     for top in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         src = "/" + top
         if os.path.islink(src):
@@ -293,6 +301,11 @@ def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: 
         fd = _memfd("seccomp", h.seccomp)
         fds.append(fd)
         a += ["--seccomp", str(fd)]
+    if h.rootless:
+        # bwrap leaves no capabilities (bounding set empty) and sets no_new_privs; the
+        # process limit is set inside, where it counts this job's processes only (the user
+        # namespace's own count), not all of the service user's
+        return a + ["--", h.prlimit or "prlimit", f"--nproc={limits.nprocs}", "--"]
     # bwrap runs as root (it may bind anything and needs no user namespace); setpriv then
     # drops to the job user with no capabilities, none to regain (bounding set empty)
     a += ["--", h.setpriv or "setpriv", f"--reuid={h.uid}", f"--regid={h.gid}",
@@ -443,7 +456,8 @@ def _rlimits(h: Host, cg: JobCgroups | None, limits: Limits) -> list[str]:
     # SIGXCPU at the soft limit (the reason can be told from it), SIGKILL 2 s later
     out = [h.prlimit or "prlimit", f"--cpu={cpu}:{cpu + 2}", f"--fsize={limits.output_bytes}",
            "--core=0"]
-    if cg is None or not (cg.v1.get("pids") or (cg.v2 and "pids" in h.v2_controllers)):
+    if (cg is None or not (cg.v1.get("pids") or (cg.v2 and "pids" in h.v2_controllers))) \
+            and not h.rootless:  # rootless: inside the sandbox (see _bwrap_args)
         out.append(f"--nproc={limits.nprocs}")
     if cg is None or not (cg.v1.get("memory") or (cg.v2 and "memory" in h.v2_controllers)):
         out.append(f"--as={limits.memory_bytes}")
