@@ -238,8 +238,9 @@ def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: 
     a = [h.bwrap or "bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net",
          "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
          "--die-with-parent", "--new-session", "--clearenv"]
-    if h.rootless:  # not root: a user namespace of its own, none nested inside (bwrap >= 0.8)
-        a[1:1] = ["--unshare-user", "--disable-userns"]
+    if h.rootless:  # not root: a user namespace of its own; none nested inside (bwrap >= 0.8;
+        # seccomp refuses unshare and clone(CLONE_NEWUSER) anyway)
+        a[1:1] = ["--unshare-user"] + (["--disable-userns"] if h.disable_userns else [])
     for top in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         src = "/" + top
         if os.path.islink(src):

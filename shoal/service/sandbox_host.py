@@ -46,6 +46,7 @@ class Host:
     # not root: jobs run as our own uid in a user namespace of their own (bwrap
     # --unshare-user), with rlimits only (docs/serve.md, "Running as a user")
     rootless: bool = False
+    disable_userns: bool = False  # bwrap has --disable-userns (0.8 and later)
 
     def problems(self) -> list[str]:
         """What prevents running any job here (empty: jobs can run)."""
@@ -128,6 +129,7 @@ def _probe(cgroups: bool = True) -> Host:
              seccomp=seccomp_program())
     if not root:  # no other user to switch to: our own, in a user namespace per job
         h.rootless = True
+        h.disable_userns = _bwrap_has(h.bwrap, "--disable-userns")
         h.uid, h.gid = os.getuid(), os.getgid()
         h.user = JOB_USER  # its name inside the sandbox
         h.notes.append("not root: each job runs as this user in its own user namespace; "
@@ -141,6 +143,19 @@ def _probe(cgroups: bool = True) -> Host:
     if h.v2 is None and not h.v1:
         h.notes.append("no writable cgroup hierarchy: limits are per-process rlimits")
     return h
+
+
+def _bwrap_has(bwrap: str | None, option: str) -> bool:
+    """Whether this bubblewrap knows ``option`` (from its --help)."""
+    if bwrap is None:
+        return False
+    import subprocess
+
+    try:
+        r = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return option in r.stdout + r.stderr
 
 
 def _userns_unavailable() -> str | None:
