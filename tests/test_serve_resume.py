@@ -152,3 +152,20 @@ def test_a_clean_stop_resumes_too_and_no_resume_fails(serve) -> None:
     st = srv.json("GET", f"/api/v1/jobs/{job}")
     assert st["state"] == "failed" and "not resumed" in st["reason"], st
     assert not (srv.jobs / job / "state").exists()
+
+
+def test_a_run_that_had_ended_is_not_run_again(tmp_path: Path) -> None:
+    """The service died after the job's end but before it noted it: the resume finds the
+    exit status the run left and runs nothing."""
+    from shoal.service.sandbox import Limits, run_job
+
+    job, data = tmp_path / "job", tmp_path / "data"
+    job.mkdir()
+    data.mkdir()
+    (job / "script.sh").write_text("echo run >> count.txt\nexit 3\n")
+    for _ in range(2):
+        r = run_job(job / "script.sh", [], job_dir=job, data_dir=data, limits=Limits(),
+                    log=job / "log", resumable=True)
+        assert (r.returncode, r.reason) == (3, None), (job / "log").read_text()
+    assert (job / "work" / "count.txt").read_text() == "run\n"
+    assert "resumed: the job had ended (exit status 3)" in (job / "log").read_text()

@@ -265,6 +265,8 @@ class JobManager:
                 if cur is not None and cur.state == QUEUED:
                     self.store.update(job.id, state=CANCELLED, finished=time.time(),
                                       reason="cancelled before it started")
+                    if self.resume and cur.resumes:  # kept by the run a restart cut off
+                        self._drop_resume_state(job.id)
                     done = self._done.get(job.id)
                     if done is not None:
                         done.set()

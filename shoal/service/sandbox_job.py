@@ -79,6 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     from shoal.script.errors import ScriptError
 
     plan_file = os.path.join(a.state, "plan") if a.state else None
+    ended = os.path.join(a.state, "exit") if a.state else None
+    if ended is not None and os.path.exists(ended):
+        # the run ended before the kill, only the service did not learn it: its exit status
+        with open(ended) as f:
+            code = int(f.read().strip() or 1)
+        print(f"progress: resumed: the job had ended (exit status {code})", file=sys.stderr,
+              flush=True)
+        report({"exit": code})
+        return code
     resumed_plan = plan_file is not None and os.path.exists(plan_file)
     if a.state and os.path.exists(os.path.join(a.state, "no-resume")):
         msg = (f"{a.name}: the service restarted while this job ran, and its plan could not be "
@@ -133,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop.set()
     sys.stdout.flush()
+    if a.state and not rep.interrupted:  # for a resume that finds the run had ended
+        with open(os.path.join(a.state, "exit"), "w") as f:
+            f.write(str(rep.exit_code))
     for line in failure_report(plan, rep, os.getcwd()):
         print(line, file=sys.stderr)
     n = len(plan.steps)
