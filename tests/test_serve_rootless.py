@@ -4,6 +4,7 @@ cannot read the service's files or another job's, and are stopped by their limit
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import secrets
@@ -109,4 +110,51 @@ def test_an_unprivileged_service_runs_jobs_in_user_namespaces(user: str,
     finally:
         if srv is not None:
             srv.stop()
+        shutil.rmtree(top, ignore_errors=True)
+
+
+# run as the test user: two sandboxes with a process limit of 10, while the user has 15 other
+# processes outside: 4 processes inside start, 30 do not
+_NPROC = r"""
+import json, subprocess, sys
+from pathlib import Path
+from shoal.service.sandbox import Limits, run_sandboxed
+top = Path(sys.argv[1])
+outside = [subprocess.Popen(["sleep", "60"]) for _ in range(15)]
+out = {}
+try:
+    for name, n in (("few", 3), ("many", 30)):
+        job = top / name
+        (job / "work").mkdir(parents=True)
+        r = run_sandboxed(["/bin/sh", "-c", f"for i in $(seq {n}); do sleep 2 & done; wait; "
+                           "echo finished"], job_dir=job, data_dir=top / "data",
+                          limits=Limits(nprocs=10, wall_s=30), log=job / "log")
+        out[name] = [r.returncode, (job / "log").read_text()]
+finally:
+    for p in outside:
+        p.kill()
+        p.wait()
+print(json.dumps(out))
+"""
+
+
+def test_the_process_limit_counts_the_jobs_own_processes(user: str) -> None:
+    py = _python_for(user)
+    if py is None:
+        pytest.skip(f"no Python that {user} may run with this one's packages")
+    pw = pwd.getpwnam(user)
+    top = Path(tempfile.mkdtemp(prefix="shoal-rootless-", dir="/tmp"))
+    try:
+        (top / "data").mkdir()
+        for p in [top, *top.rglob("*")]:
+            os.lchown(p, pw.pw_uid, pw.pw_gid)
+        r = subprocess.run([*py, "-c", _NPROC, str(top)], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        rc, log = out["few"]
+        assert rc == 0 and "finished" in log, log  # 15 processes outside do not count
+        rc, log = out["many"]
+        assert "fork" in log.lower(), log  # the 11th process inside cannot start
+    finally:
         shutil.rmtree(top, ignore_errors=True)
