@@ -57,6 +57,15 @@ def _descendants(root: int) -> dict[int, bytes]:
     return out
 
 
+def _job_groups(service: int) -> list[Path]:
+    """The job control groups the service ``service`` made (none where it has none)."""
+    from shoal.service.sandbox_host import host
+
+    h = host()
+    return [g for parent in [h.v2, *h.v1.values()] if parent
+            for g in Path(parent).glob(f"job-{service}-*")]
+
+
 def _alive(pid: int, started: bytes) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -92,6 +101,10 @@ def test_kill_9_of_the_service_then_the_job_resumes(serve, tmp_path: Path) -> No
     procs = _descendants(pid)
     assert any(b"bwrap" in Path(f"/proc/{p}/cmdline").read_bytes() for p in procs
                if _alive(p, procs[p])), "no sandbox under the service"
+    groups = _job_groups(pid)  # the killed service's control groups: swept at the restart
+    from shoal.service.sandbox_host import host
+
+    assert groups or not (host().v2 or host().v1)
     os.kill(pid, signal.SIGKILL)  # the service process only: its sandboxes must die with it
     srv.proc.wait()
     deadline = time.monotonic() + 10
@@ -120,6 +133,7 @@ def test_kill_9_of_the_service_then_the_job_resumes(serve, tmp_path: Path) -> No
     assert all((work / n).read_text() == t for n, t in before.items())
     assert snapshot(work) == expected
     assert log.count(b"all done") == 1
+    assert not [g for g in groups if g.exists()], groups
     # what the job kept to resume is gone once it finished
     assert not (srv.jobs / job / "state").exists()
     assert not list(work.glob(".shoal-scratch-*"))
