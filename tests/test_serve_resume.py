@@ -17,7 +17,7 @@ import pytest
 from tests.script.script_helpers import run_bash, snapshot
 from tests.test_serve_common import needs_aiohttp, needs_sandbox, serve  # noqa: F401
 
-pytestmark = [needs_aiohttp, needs_sandbox, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.timeout(180)]
 
 # Each iteration appends its name to its own ran_*.log: a line per run of that command. The
 # glob sees the inputs only; a recompile after the kill would also see the .rev.dat outputs
@@ -109,6 +109,8 @@ def _alive(pid: int, started: bytes) -> bool:
     return fields[19] == started and fields[0] not in (b"Z", b"X")
 
 
+@needs_aiohttp
+@needs_sandbox
 def test_kill_9_of_the_service_then_the_job_resumes(serve, tmp_path: Path) -> None:
     # the reference: bash on a copy of the inputs
     ref = tmp_path / "ref"
@@ -189,6 +191,8 @@ def test_kill_9_of_the_service_then_the_job_resumes(serve, tmp_path: Path) -> No
     assert not list(work.glob(".shoal-scratch-*"))
 
 
+@needs_aiohttp
+@needs_sandbox
 def test_a_clean_stop_resumes_too_and_no_resume_fails(serve) -> None:
     srv = serve(extra=("--max-running", "1", "--workers", "1"))
     job = srv.submit("echo one > one.txt\nsleep 3\necho two > two.txt\n")["id"]
@@ -218,6 +222,7 @@ def test_a_clean_stop_resumes_too_and_no_resume_fails(serve) -> None:
     assert not (srv.jobs / job / "state").exists()
 
 
+@needs_sandbox
 def test_a_run_that_had_ended_is_not_run_again(tmp_path: Path) -> None:
     """The service died after the job's end but before it noted it: the resume finds the
     exit status the run left and runs nothing."""
@@ -292,3 +297,30 @@ def test_a_chain_cut_midway_skips_its_finished_commands(tmp_path: Path) -> None:
     assert (work / "count.txt").read_text() == "one\n"  # not appended twice
     assert out.count(b"end\n") == 1
     assert snapshot(work) == snapshot(ref)
+
+
+def test_a_job_is_resumed_at_most_three_times(tmp_path: Path) -> None:
+    """The job table: a job found running at a restart is queued again (resumes + 1), up to
+    MAX_RESUMES; then failed with the count. Without resume: failed at once."""
+    from shoal.service.store import MAX_RESUMES, QUEUED, RUNNING, Job, Store
+
+    store = Store(tmp_path)
+    store.add(Job("a" * 16, "alice", "job.sh", [], RUNNING, time.time()))
+    store.add(Job("b" * 16, "alice", "job.sh", [], QUEUED, time.time() - 10))
+    for k in range(1, MAX_RESUMES + 1):
+        failed, resumed, queued = store.recover(resume=True)
+        assert (failed, resumed) == ([], ["a" * 16]), k
+        assert queued == ["a" * 16, "b" * 16]  # the resumed job first
+        job = store.get("a" * 16)
+        assert job is not None and (job.state, job.resumes) == (QUEUED, k)
+        store.update("a" * 16, state=RUNNING)  # started again, cut off again
+    failed, resumed, _ = store.recover(resume=True)
+    assert (failed, resumed) == (["a" * 16], [])
+    job = store.get("a" * 16)
+    assert job is not None and job.state == "failed"
+    assert job.reason == (f"the service stopped while the job ran, {MAX_RESUMES + 1} times "
+                          f"(resumed at most {MAX_RESUMES} times)")
+    store.update("b" * 16, state=RUNNING)
+    assert store.recover(resume=False)[0] == ["b" * 16]
+    assert "not resumed" in (store.get("b" * 16).reason or "")  # type: ignore[union-attr]
+    store.close()

@@ -43,7 +43,7 @@ CREATE INDEX IF NOT EXISTS jobs_owner ON jobs(owner, created);
 """
 
 RESTART_REASON = "the service stopped while the job ran (it was not resumed)"
-MAX_RESUMES = 3  # a job that was running at this many restarts in a row is failed instead
+MAX_RESUMES = 3  # a job found running at a restart after this many resumes is failed instead
 
 
 @dataclass
@@ -168,20 +168,20 @@ class Store:
             running = self._db.execute("SELECT id, resumes FROM jobs WHERE state = ? "
                                        "ORDER BY created", (RUNNING,)).fetchall()
             failed, resumed = [], []
-            self._db.execute("BEGIN")
-            for job_id, n in running:
-                if resume and n < MAX_RESUMES:
-                    resumed.append(job_id)
-                    self._db.execute("UPDATE jobs SET state = ?, resumes = ? WHERE id = ?",
-                                     (QUEUED, n + 1, job_id))
-                else:
-                    failed.append(job_id)
-                    why = RESTART_REASON if not resume else (
-                        f"the service stopped while the job ran, {n + 1} times (resumed at "
-                        f"most {MAX_RESUMES} times)")
-                    self._db.execute("UPDATE jobs SET state = ?, finished = ?, reason = ? "
-                                     "WHERE id = ?", (FAILED, now, why, job_id))
-            self._db.execute("COMMIT")
+            with self._db:  # one transaction (rolled back on an error)
+                self._db.execute("BEGIN")
+                for job_id, n in running:
+                    if resume and n < MAX_RESUMES:
+                        resumed.append(job_id)
+                        self._db.execute("UPDATE jobs SET state = ?, resumes = ? WHERE id = ?",
+                                         (QUEUED, n + 1, job_id))
+                    else:
+                        failed.append(job_id)
+                        why = RESTART_REASON if not resume else (
+                            f"the service stopped while the job ran, {n + 1} times (resumed "
+                            f"at most {MAX_RESUMES} times)")
+                        self._db.execute("UPDATE jobs SET state = ?, finished = ?, reason = ? "
+                                         "WHERE id = ?", (FAILED, now, why, job_id))
             queued = [r[0] for r in self._db.execute(
                 "SELECT id FROM jobs WHERE state = ? ORDER BY created", (QUEUED,)).fetchall()]
         first = set(resumed)
