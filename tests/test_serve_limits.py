@@ -7,12 +7,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from shoal.service.tokens import RateLimiter, Tokens, TokensError, parse_rate
+from tests.script.script_helpers import REPO
 from tests.test_serve_common import needs_aiohttp, needs_sandbox, serve  # noqa: F401
 
 SHA = "sha256 = '" + "0" * 64 + "'\n"
@@ -73,6 +76,7 @@ def test_bad_rates_and_expiry_are_one_line(tmp_path: Path, text: str, words: lis
 @pytest.mark.timeout(120)
 def test_service_answers_429_with_retry_after_and_401_when_expired(serve) -> None:
     srv = serve(users={"slow": {"rate": "30/min", "burst": 3}, "free": {},
+                       "one": {"rate": "120/min", "burst": 1},
                        "old": {"expires": "2021-06-01T00:00:00Z"}})
     info = srv.json("GET", "/api/v1/info", token="slow")
     assert info["quota"]["rate"] == 0.5 and info["quota"]["burst"] == 3
@@ -96,3 +100,16 @@ def test_service_answers_429_with_retry_after_and_401_when_expired(serve) -> Non
         assert status == 401 and err == ("token 'old' expired at 2021-06-01T00:00:00Z: ask the "
                                          "service's operator for a new one"), (status, err)
         assert "expired" in hdrs["www-authenticate"]
+
+    # `shoal submit` waits Retry-After and sends again: a token of one request at a time (2 a
+    # second) still submits, follows, downloads
+    (srv.tmp / "job.sh").write_text("echo hi > hi.txt\necho said hi\n")
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "shoal", "submit", f"--token={srv.tokens['one']}",
+                        "-o", str(srv.tmp / "got"), srv.url, str(srv.tmp / "job.sh")],
+                       capture_output=True, text=True, timeout=120,
+                       env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    assert "said hi" in r.stdout and (srv.tmp / "got" / "hi.txt").read_text() == "hi\n"
+    assert srv.request("GET", "/api/v1/jobs", token="one")[0] == 429  # its bucket is spent
+    assert time.monotonic() - t0 < 90
