@@ -160,7 +160,6 @@ def run_job(script: Path, args: list[str], *, job_dir: Path, data_dir: Path, lim
                 cancel=cancel, script=script, resumable=resumable)
 
 
-
 def run_sandboxed(argv: list[str], *, job_dir: Path, data_dir: Path, limits: Limits,
                   log: Path, cancel: threading.Event | None = None) -> JobResult:
     """Run ``argv`` (a program and its arguments, as seen inside) in a job's sandbox."""
@@ -563,7 +562,7 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], s
         code = 125
     else:  # stopped: a limit or cancel (the runner could not remove its scratch tree)
         code = 137
-        if not resumable:  # else the caller decides: resumed later, or drop_resume_state
+        if not resumable:  # else the caller decides: resumed later, or removed (JobManager)
             _cleanup_scratch(work)
     _note(log, f"end: exit status {code}" + (f"; {reason}" if reason else "")
           + f" ({time.monotonic() - t0:.1f} s)")
