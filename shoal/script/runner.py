@@ -571,7 +571,8 @@ def _run_shoal(ex: Any, plan: Plan, scripts: list[str], workdir: str, prefer: di
     cluster has finished and then goes to the producer's agent (``options(prefer=)``). One in
     ``gated`` waits until ``progress`` releases it (`set -e`: every earlier step succeeded).
     With ``run_id`` (a resumable run) each chain's journal key is ``RUN_ID:cCLUSTER``: the
-    chain script's path names the run, so the keys stay those of the killed run.
+    same in a killed run and in its resume (which runs the same plan), so the head answers
+    the chains that finished before the kill from its journal.
     """
     from shoal import Command
 
