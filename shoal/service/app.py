@@ -30,6 +30,7 @@ API = "/api/v1"
 MAX_SCRIPT = 4 << 20        # a script (or the JSON body that carries one)
 MAX_FIELD = 1 << 20         # any other non-file field
 MAX_PARTS = 1000
+MAX_DRAIN = 4 << 20         # a refused body up to this size is read before a 429 answer
 CHUNK = 1 << 16
 
 TOKEN_KEY = web.AppKey("token", Token)
@@ -60,6 +61,12 @@ def _status_error(exc: web.HTTPException) -> web.Response:
 async def errors_and_auth(request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
     """Token check for /api/ and JSON errors for everything (aiohttp's own 404/405 too)."""
     resp = await _guarded(request, handler)
+    length = request.content_length  # (a body without a length is not read: it may be huge)
+    if resp.status == 429 and not resp.prepared and length is not None and length <= MAX_DRAIN:
+        # "try again later" of a small body: read it, so that a client that sends its whole
+        # body before reading the answer (urllib, http.client) gets the 429, not a reset
+        while await request.content.read(CHUNK):
+            pass
     if resp.status >= 400 and not resp.prepared and not request.content.is_eof():
         # refused with body unread (too large, bad token, ...): answer, then close at once
         # instead of reading and discarding the rest of an upload
