@@ -73,6 +73,9 @@ class RunOptions:
     # Intermediates must outlive the kill: give shm_dir=None (disk scratch in the run dir).
     run_id: str | None = None
     journal: str | None = None
+    # an Executor-like object to run on instead of starting one (shoal serve --connect's
+    # runner, shoal.service.proxy); run_plan shuts it down
+    executor: Any = None
 
 
 @dataclass
@@ -370,7 +373,8 @@ def run_plan(plan: Plan, workdir: str, opts: RunOptions | None = None) -> RunRep
     if backend == "shoal":
         from shoal import Executor
 
-        ex = Executor(workers=opts.workers, connect=opts.connect, journal=opts.journal)
+        ex = opts.executor or Executor(workers=opts.workers, connect=opts.connect,
+                                       journal=opts.journal)
     try:
         return _run_plan(plan, workdir, opts, t0, backend, ex)
     finally:
@@ -468,7 +472,7 @@ def _run_plan(plan: Plan, workdir: str, opts: RunOptions, t0: float, backend: st
             prefer = _main_producers(plan, cluster_of) if opts.locality and len(agents) > 1 \
                 else {}
             _run_shoal(ex, plan, scripts, workdir, prefer, progress, set(gated), report,
-                       lay.run_id if lay.resumable else None)
+                       lay.run_id if lay.resumable and opts.journal else None)
         else:
             _run_threads(plan, scripts, workdir, opts, progress, set(gated))
     except KeyboardInterrupt:
@@ -570,9 +574,9 @@ def _run_shoal(ex: Any, plan: Plan, scripts: list[str], workdir: str, prefer: di
     it waits for, so the head releases it). One with an entry waits until that producer
     cluster has finished and then goes to the producer's agent (``options(prefer=)``). One in
     ``gated`` waits until ``progress`` releases it (`set -e`: every earlier step succeeded).
-    With ``run_id`` (a resumable run) each chain's journal key is ``RUN_ID:cCLUSTER``: the
-    same in a killed run and in its resume (which runs the same plan), so the head answers
-    the chains that finished before the kill from its journal.
+    With ``run_id`` (a resumable run with a journal) each chain's journal key is
+    ``RUN_ID:cCLUSTER``: the same in a killed run and in its resume (which runs the same
+    plan), so the head answers the chains that finished before the kill from its journal.
     """
     from shoal import Command
 

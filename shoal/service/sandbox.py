@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from .sandbox_host import Host, JobCgroups, host, reprobe
 
@@ -73,6 +74,21 @@ class JobResult:
 
 class SandboxError(RuntimeError):
     """The sandbox cannot run here (bubblewrap missing, ...)."""
+
+
+class Companion(Protocol):
+    """Works for a job outside its sandbox while it runs (``shoal serve --connect``: the
+    bridge that runs the job's commands on a runtime's agents, ``connect.py``)."""
+
+    child_fds: list[int]  # passed into the sandbox, closed here once it started
+
+    def reason(self) -> str | None:
+        """Why the job must stop now (a limit seen outside), or None; polled every 50 ms."""
+        ...
+
+    def finish(self) -> None:
+        """The sandbox is gone: stop and clean up what runs elsewhere for the job."""
+        ...
 
 
 def check() -> list[str]:
@@ -233,7 +249,11 @@ def _pythonpath(binds: list[tuple[str, str]]) -> str:
 
 
 def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: Path | None,
-                fds: list[int], info_fd: int | None = None, state: bool = False) -> list[str]:
+                fds: list[int], info_fd: int | None = None, chdir: str = WORK,
+                python: bool = True, state: bool = False) -> list[str]:
+    """bubblewrap's arguments for a job's sandbox (``python``: bind the interpreter and shoal,
+    which the job's runner needs; a single command of a ``--connect`` job does not;
+    ``state``: bind ``job_dir/state`` at /job/state, a resumable runner's)."""
     a = [h.bwrap or "bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net",
          "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
          "--die-with-parent", "--new-session", "--clearenv"]
@@ -277,7 +297,7 @@ def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: 
     a += ["--proc", "/proc", "--dev", "/dev",
           "--perms", "1777", "--size", str(shm), "--tmpfs", "/tmp",
           "--perms", "1777", "--size", str(shm), "--tmpfs", "/dev/shm"]
-    binds = _python_binds()
+    binds = _python_binds() if python else []
     for src, dst in binds:
         a += parents(dst) + ["--ro-bind", src, dst]
     a += ["--ro-bind", str(data_dir), DATA,
@@ -287,14 +307,16 @@ def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: 
     if state:
         a += parents(STATE) + ["--bind", str(job_dir / "state"), STATE]
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK, "TMPDIR": "/tmp",
-           "LANG": "C.UTF-8", "USER": h.user, "LOGNAME": h.user, "PYTHONPATH": _pythonpath(binds),
+           "LANG": "C.UTF-8", "USER": h.user, "LOGNAME": h.user,
            # no user site (HOME is the job's tree), no cwd on sys.path: files the job writes
            # never become modules of the runtime's later processes
            "PYTHONNOUSERSITE": "1", "PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1",
            "SHOAL_SANDBOX": "1"}
+    if python:
+        env["PYTHONPATH"] = _pythonpath(binds)
     for k, v in env.items():
         a += ["--setenv", k, v]
-    a += ["--chdir", WORK]
+    a += ["--chdir", chdir]
     if info_fd is not None:
         a += ["--info-fd", str(info_fd)]
     if h.seccomp:
@@ -394,7 +416,7 @@ def _validate(limits: Limits) -> None:
 
 def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, limits: Limits,
          log: Path, cancel: threading.Event | None, script: Path | None,
-         resumable: bool = False) -> JobResult:
+         companion: Companion | None = None, resumable: bool = False) -> JobResult:
     _validate(limits)
     h = host()
     problems = h.problems()
@@ -412,7 +434,7 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
         (job_dir / "state").mkdir(mode=0o700, exist_ok=True)
         _prepare_work(job_dir / "state", h)
     log.parent.mkdir(parents=True, exist_ok=True)
-    fds: list[int] = []
+    fds: list[int] = list(companion.child_fds) if companion is not None else []
     cg: JobCgroups | None = None
     try:
         try:
@@ -430,7 +452,8 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
         info_r, info_w = os.pipe()
         fds.append(info_w)
         try:
-            bw = _bwrap_args(h, job_dir, data_dir, limits, script, fds, info_w, resumable)
+            bw = _bwrap_args(h, job_dir, data_dir, limits, script, fds, info_w,
+                             state=resumable)
         except SandboxError as exc:
             os.close(info_r)
             return JobResult(125, f"sandbox: {exc}")
@@ -438,7 +461,7 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
         status_r, status_w = os.pipe()
         fds.append(status_w)
         return _supervise(h, cg, bw + argv(status_w), fds, status_r, info_r, job_dir, limits,
-                          log, cancel, script is not None, resumable)
+                          log, cancel, script is not None, companion, resumable)
     finally:
         for fd in fds:
             try:
@@ -475,7 +498,7 @@ _JOIN = ('[ "$PPID" = "$1" ] || exit 125; shift; '
 def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], status_r: int,
                info_r: int, job_dir: Path, limits: Limits, log: Path,
                cancel: threading.Event | None, script_job: bool,
-               resumable: bool = False) -> JobResult:
+               companion: Companion | None = None, resumable: bool = False) -> JobResult:
     work = job_dir / "work"
     join = [h.setpriv or "setpriv", "--pdeathsig", "KILL", "--", "/bin/sh", "-c", _JOIN, "sh",
             str(os.getpid()), *(cg.procs_files() if cg else []), "--"]
@@ -492,6 +515,8 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], s
         os.close(out_w)
         os.close(status_r)
         os.close(info_r)
+        if companion is not None:
+            companion.finish()
         return JobResult(125, f"sandbox: cannot start: {exc}")
     os.close(out_w)
     for fd in fds:  # the child holds them now (the status pipe's end must close here)
@@ -524,6 +549,8 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], s
             reason = f"process limit {limits.nprocs} reached"
         elif pump.over:
             reason = f"output limit {_size(limits.output_bytes)} exceeded (log)"
+        elif companion is not None and (far := companion.reason()) is not None:
+            reason = far
         elif now >= next_du:
             t = time.monotonic()
             used = _usage(work) + pump.written
@@ -537,8 +564,12 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], s
             break
     rc = proc.wait()
     _reap(cg, init)
+    if companion is not None:  # what ran elsewhere for the job stops too
+        companion.finish()
     pump.join(timeout=5)
     st = _read_status(status_r)
+    if reason is None and companion is not None:
+        reason = companion.reason()
     if reason is None:
         # after the end: what the kernel enforced on its own
         if cg is not None and cg.oom_kills():

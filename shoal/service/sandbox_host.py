@@ -310,9 +310,14 @@ def _mkdir_below(parent: str, d: str) -> None:
 class JobCgroups:
     """One job's control groups (whichever of v2 and v1 this machine allows)."""
 
-    def __init__(self, h: Host, memory_bytes: int, nprocs: int) -> None:
+    def __init__(self, h: Host, memory_bytes: int, nprocs: int, tag: str = "") -> None:
+        """``tag`` (letters and digits) ends the groups' names, so that
+        :func:`kill_tagged` finds every group of one job on this node."""
         self.host = h
-        self.name = f"job-{os.getpid()}-{next(_counter)}-{secrets.token_hex(3)}"
+        if tag and not tag.isalnum():
+            raise ValueError(f"cgroup tag {tag!r}: letters and digits only")
+        self.name = (f"job-{os.getpid()}-{next(_counter)}-{secrets.token_hex(3)}"
+                     + (f"-{tag}" if tag else ""))
         self.v2: str | None = None
         self.v1: dict[str, str] = {}
         try:
@@ -441,3 +446,49 @@ class JobCgroups:
             except OSError:
                 pass
         return ok
+
+
+def kill_tagged(h: Host, tag: str, timeout: float = 5.0) -> int:
+    """Kill every process in this node's job groups whose name ends with ``-TAG`` (the
+    commands of one job, ``shoal serve --connect``), and remove the groups whose owner is
+    gone. Returns how many processes were found in them."""
+    if not tag or not tag.isalnum():
+        raise ValueError(f"cgroup tag {tag!r}: letters and digits only")
+    groups = []
+    for parent in ([h.v2] if h.v2 else []) + list(h.v1.values()):
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            continue
+        groups += [os.path.join(parent, n) for n in names
+                   if n.startswith("job-") and n.endswith(f"-{tag}")]
+    found: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while groups and time.monotonic() < deadline:
+        left = []
+        for d in groups:
+            pids = {int(p) for p in JobCgroups._read(os.path.join(d, "cgroup.procs")).split()}
+            found |= pids
+            if pids:
+                try:
+                    with open(os.path.join(d, "cgroup.kill"), "w") as f:
+                        f.write("1")
+                except OSError:
+                    pass
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                left.append(d)
+            elif not _alive_owner(os.path.basename(d)):
+                try:
+                    os.rmdir(d)
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    left.append(d)
+        groups = left
+        if groups:
+            time.sleep(0.02)
+    return len(found)

@@ -5,7 +5,9 @@ compiles ``SCRIPT`` (named ``NAME`` in messages) in strict mode in the current d
 job's working tree) and runs it on a local shoal runtime, like ``shoal script --strict``. It
 prints the commands' output in script order, ``progress: K/N commands finished`` lines on
 stderr, and writes one JSON line to ``FD`` for the sandbox: ``{"refused": "job.sh:3: ..."}``
-or ``{"exit": STATUS}``.
+or ``{"exit": STATUS}``. With ``--bridge REQ,RESP`` (``shoal serve --connect``) the commands
+run on a runtime's agents through the service (``shoal.service.proxy``) instead of a local
+runtime.
 
 With ``--state DIR`` the run can be resumed: the compiled plan is kept in ``DIR/plan`` before
 any command runs, the chains run under the head's journal ``DIR/journal.db`` (key: the chain)
@@ -65,10 +67,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--name", required=True)
     p.add_argument("--state", metavar="DIR", help="keep the plan and journal here (resumable)")
+    p.add_argument("--bridge", metavar="REQ,RESP",
+                   help="run the commands through the service (shoal serve --connect): the "
+                        "descriptors of the request and answer pipes (shoal.service.proxy)")
     p.add_argument("script")
     p.add_argument("args", nargs="*")
     a = p.parse_args(argv)
     os.set_inheritable(a.status_fd, False)  # none of the job's processes gets it
+    if a.bridge:  # nor the pipes to the service (the compiler may run filters)
+        for fd in a.bridge.split(","):
+            os.set_inheritable(int(fd), False)
     status = os.fdopen(a.status_fd, "w")
 
     def report(obj: dict) -> None:
@@ -133,11 +141,19 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     t = threading.Thread(target=_progress, args=(len(plan.steps), stop), daemon=True)
     t.start()
+    opts = RunOptions(workers=a.workers, backend="shoal")
+    if a.bridge:
+        from shoal.service.proxy import ProxyExecutor
+
+        req, resp = (int(x) for x in a.bridge.split(","))
+        # each command has its own /dev/shm on its node: only intermediates inside one
+        # cluster may live in memory
+        opts.executor, opts.shm_scope = ProxyExecutor(req, resp), "cluster"
+    if a.state:  # resumable: a fixed run directory, intermediates on disk
+        opts.run_id, opts.shm_dir = RUN_ID, None
+        if not a.bridge:  # the local runtime's head keeps the journal
+            opts.journal = os.path.join(a.state, "journal.db")
     try:
-        opts = RunOptions(workers=a.workers, backend="shoal")
-        if a.state:
-            opts = RunOptions(workers=a.workers, backend="shoal", run_id=RUN_ID, shm_dir=None,
-                              journal=os.path.join(a.state, "journal.db"))
         rep = run_plan(plan, os.getcwd(), opts)
     finally:
         stop.set()
