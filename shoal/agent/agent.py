@@ -1,8 +1,8 @@
 """The node agent: one per node. Slots, warm Python workers, command launcher.
 
 One thread, one poll loop over: the DEALER to the head, the ROUTER to its workers,
-each worker's pidfd (death), an epoll set of running commands' pidfds, and a pipe that
-signals wake it through. Everything that goes out is batched per turn of the loop.
+each worker's pidfd (death), the spawn helper's socket (commands: shoal.agent.spawner), and
+a pipe that signals wake it through. Everything that goes out is batched per turn of the loop.
 
 Credit: the agent tells the head how many cores' worth of tasks it can take (its slots x
 (1 + prefetch) at first; then what finishes, and what blocks waiting on sub-tasks). Workers
@@ -490,6 +490,7 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
                 if specs or funcs:
                     self._send_worker(w, [P.TASKS, specs, funcs])
             self.out_workers = {}
+        self._flush_commands()
         if not self.welcomed:
             return
         if self.out_results and (
@@ -548,6 +549,7 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
         set_parent_death_signal()
         signal.signal(signal.SIGUSR1, self.dump_state)
         log.info("%s", resources.describe(self.capacity, self.placer))
+        cmd_fd = self._start_spawner()  # first: the fewest descriptors for it to carry
         # Fork the warm workers before this process has any ZeroMQ context or thread, after
         # importing what they run: imported once here, every worker starts with it for free.
         if self.nworkers:
@@ -563,9 +565,8 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
         self._hello()
         poller = self.poller
         poller.register(self.wsock, zmq.POLLIN)
-        poller.register(self.cmd_epoll.fileno(), zmq.POLLIN)
+        poller.register(cmd_fd, zmq.POLLIN)
         wake_fd = self._watch_signals()
-        epoll_fd = self.cmd_epoll.fileno()
         second = time.monotonic()
         try:
             while self.running:
@@ -585,7 +586,7 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
                         self._drain(self.head, from_head=True)
                     elif sock_or_fd is self.wsock:
                         self._drain(self.wsock, from_head=False)
-                    elif sock_or_fd == epoll_fd:
+                    elif sock_or_fd == cmd_fd:
                         self._command_events()
                     elif sock_or_fd == wake_fd:
                         self._signalled(now)

@@ -41,6 +41,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--wall", type=float, metavar="SECONDS", help="wall time limit of a job")
     p.add_argument("--output", metavar="SIZE", help="output size limit of a job")
     p.add_argument("--workers", type=int, metavar="N", help="commands a job runs at once")
+    p.add_argument("--no-resume", dest="resume", action="store_false",
+                   help="after a restart, mark the jobs that were running failed instead of "
+                        "resuming them (docs/serve.md, Restarts)")
     p.add_argument("--connect", metavar="FILE",
                    help="run the jobs' commands on the agents of a running `shoal head` (its "
                         "connection file), each in a sandbox on its node; --jobs must then be "
@@ -138,7 +141,10 @@ def main(args: argparse.Namespace) -> int:
 
     app = create_app(data_dir=data, jobs_dir=jobs, tokens=tokens, limits=limits,
                      run_job=run_job, max_upload=max_upload, max_running=args.max_running,
-                     data_root=sandbox.DATA)
+                     data_root=sandbox.DATA,
+                     # --connect: a killed service's commands may run on the agents until the
+                     # head notices (its heartbeat timeout): its jobs are failed, not resumed
+                     resume=args.resume and not args.connect)
     return asyncio.run(_serve(app, host, int(port_s), ssl_ctx))
 
 

@@ -40,6 +40,7 @@ from .sandbox_host import Host, JobCgroups, host, reprobe
 DATA = "/data"           # where the data directory appears inside the sandbox
 WORK = "/work"           # the job's working tree (its outputs), job_dir/work outside
 SCRIPT = "/job/script"   # the script, read-only
+STATE = "/job/state"     # a resumable job's plan and journal (job_dir/state), see run_job
 SHOAL = "/opt/shoal"     # PYTHONPATH: the shoal package that runs the job, read-only
 ENTRY_MIN = 4096         # every file counts at least this much against the output limit
 _ETC = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime",
@@ -148,23 +149,31 @@ def _secs(s: float) -> str:
 
 
 def run_job(script: Path, args: list[str], *, job_dir: Path, data_dir: Path, limits: Limits,
-            log: Path, cancel: threading.Event | None = None) -> JobResult:
+            log: Path, cancel: threading.Event | None = None,
+            resumable: bool = False) -> JobResult:
     """Compile ``script`` in strict mode and run it with ``args`` in a sandbox.
 
     The job works in ``job_dir/work`` (made if missing; its outputs stay there) and sees
     ``data_dir`` read-only at ``/data``. Its output, the runner's progress lines and the
     sandbox's own lines are appended to ``log``. Setting ``cancel`` stops it at once.
+
+    ``resumable``: the runner keeps the compiled plan and the head's journal in
+    ``job_dir/state`` (``/job/state`` inside, out of the commands' reach: strict mode lets a
+    command change nothing outside ``/work``) and its run directory in ``work``; a later call
+    for the same job (after the service was killed) runs the same plan again and skips the
+    commands that finished. A stopped resumable job keeps that run directory: the caller
+    removes it (``JobManager`` does, when the job ends for good).
     """
     if not Path(script).is_file():
         return JobResult(125, f"sandbox: script {str(script)!r} not found")
 
     def argv(status_fd: int) -> list[str]:
         return [_python(), "-s", "-m", "shoal.service.sandbox_job", "--status-fd",
-                str(status_fd), "--workers", str(limits.workers), "--name", script.name, SCRIPT,
-                "--", *args]
+                str(status_fd), "--workers", str(limits.workers), "--name", script.name,
+                *(["--state", STATE] if resumable else []), SCRIPT, "--", *args]
 
     return _run(argv, job_dir=job_dir, data_dir=data_dir, limits=limits, log=log,
-                cancel=cancel, script=script)
+                cancel=cancel, script=script, resumable=resumable)
 
 
 def run_sandboxed(argv: list[str], *, job_dir: Path, data_dir: Path, limits: Limits,
@@ -224,6 +233,12 @@ def _python_binds() -> list[tuple[str, str]]:
     out.append((pkg, f"{SHOAL}/shoal"))
     sites = [d for d in site.getsitepackages() if os.path.isdir(d)
              and not os.path.realpath(d).startswith(base + "/")]
+    # package directories on PYTHONPATH too (an interpreter run with another one's packages)
+    for d in sys.path:
+        if os.path.basename(d) in ("site-packages", "dist-packages") and os.path.isdir(d) \
+                and not os.path.realpath(d).startswith(base + "/") \
+                and all(os.path.realpath(d) != os.path.realpath(e) for e in sites):
+            sites.append(d)
     for i, d in enumerate(sites):
         out.append((d, f"{SHOAL}/site{i}"))
     return out
@@ -235,12 +250,16 @@ def _pythonpath(binds: list[tuple[str, str]]) -> str:
 
 def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: Path | None,
                 fds: list[int], info_fd: int | None = None, chdir: str = WORK,
-                python: bool = True) -> list[str]:
+                python: bool = True, state: bool = False) -> list[str]:
     """bubblewrap's arguments for a job's sandbox (``python``: bind the interpreter and shoal,
-    which the job's runner needs; a single command of a ``--connect`` job does not)."""
+    which the job's runner needs; a single command of a ``--connect`` job does not;
+    ``state``: bind ``job_dir/state`` at /job/state, a resumable runner's)."""
     a = [h.bwrap or "bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net",
          "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
          "--die-with-parent", "--new-session", "--clearenv"]
+    if h.rootless:  # not root: a user namespace of its own; none nested inside (bwrap >= 0.8;
+        # seccomp refuses unshare and clone(CLONE_NEWUSER) anyway)
+        a[1:1] = ["--unshare-user"] + (["--disable-userns"] if h.disable_userns else [])
     for top in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         src = "/" + top
         if os.path.islink(src):
@@ -285,6 +304,8 @@ def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: 
           "--bind", str(job_dir / "work"), WORK]
     if script is not None:
         a += parents(SCRIPT) + ["--ro-bind", str(script), SCRIPT]
+    if state:
+        a += parents(STATE) + ["--bind", str(job_dir / "state"), STATE]
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK, "TMPDIR": "/tmp",
            "LANG": "C.UTF-8", "USER": h.user, "LOGNAME": h.user,
            # no user site (HOME is the job's tree), no cwd on sys.path: files the job writes
@@ -302,6 +323,11 @@ def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: 
         fd = _memfd("seccomp", h.seccomp)
         fds.append(fd)
         a += ["--seccomp", str(fd)]
+    if h.rootless:
+        # bwrap leaves no capabilities (bounding set empty) and sets no_new_privs; the
+        # process limit is set inside, where it counts this job's processes only (the user
+        # namespace's own count), not all of the service user's
+        return a + ["--", h.prlimit or "prlimit", f"--nproc={limits.nprocs}", "--"]
     # bwrap runs as root (it may bind anything and needs no user namespace); setpriv then
     # drops to the job user with no capabilities, none to regain (bounding set empty)
     a += ["--", h.setpriv or "setpriv", f"--reuid={h.uid}", f"--regid={h.gid}",
@@ -390,7 +416,7 @@ def _validate(limits: Limits) -> None:
 
 def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, limits: Limits,
          log: Path, cancel: threading.Event | None, script: Path | None,
-         companion: Companion | None = None) -> JobResult:
+         companion: Companion | None = None, resumable: bool = False) -> JobResult:
     _validate(limits)
     h = host()
     problems = h.problems()
@@ -404,6 +430,9 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
     if bad:
         return JobResult(125, f"sandbox: {bad}")
     _prepare_work(work, h)
+    if resumable:  # the job user's, outside work (not counted as output, not in archives)
+        (job_dir / "state").mkdir(mode=0o700, exist_ok=True)
+        _prepare_work(job_dir / "state", h)
     log.parent.mkdir(parents=True, exist_ok=True)
     fds: list[int] = list(companion.child_fds) if companion is not None else []
     cg: JobCgroups | None = None
@@ -423,7 +452,8 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
         info_r, info_w = os.pipe()
         fds.append(info_w)
         try:
-            bw = _bwrap_args(h, job_dir, data_dir, limits, script, fds, info_w)
+            bw = _bwrap_args(h, job_dir, data_dir, limits, script, fds, info_w,
+                             state=resumable)
         except SandboxError as exc:
             os.close(info_r)
             return JobResult(125, f"sandbox: {exc}")
@@ -431,7 +461,7 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
         status_r, status_w = os.pipe()
         fds.append(status_w)
         return _supervise(h, cg, bw + argv(status_w), fds, status_r, info_r, job_dir, limits,
-                          log, cancel, script is not None, companion)
+                          log, cancel, script is not None, companion, resumable)
     finally:
         for fd in fds:
             try:
@@ -449,7 +479,8 @@ def _rlimits(h: Host, cg: JobCgroups | None, limits: Limits) -> list[str]:
     # SIGXCPU at the soft limit (the reason can be told from it), SIGKILL 2 s later
     out = [h.prlimit or "prlimit", f"--cpu={cpu}:{cpu + 2}", f"--fsize={limits.output_bytes}",
            "--core=0"]
-    if cg is None or not (cg.v1.get("pids") or (cg.v2 and "pids" in h.v2_controllers)):
+    if (cg is None or not (cg.v1.get("pids") or (cg.v2 and "pids" in h.v2_controllers))) \
+            and not h.rootless:  # rootless: inside the sandbox (see _bwrap_args)
         out.append(f"--nproc={limits.nprocs}")
     if cg is None or not (cg.v1.get("memory") or (cg.v2 and "memory" in h.v2_controllers)):
         out.append(f"--as={limits.memory_bytes}")
@@ -467,7 +498,7 @@ _JOIN = ('[ "$PPID" = "$1" ] || exit 125; shift; '
 def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], status_r: int,
                info_r: int, job_dir: Path, limits: Limits, log: Path,
                cancel: threading.Event | None, script_job: bool,
-               companion: Companion | None = None) -> JobResult:
+               companion: Companion | None = None, resumable: bool = False) -> JobResult:
     work = job_dir / "work"
     join = [h.setpriv or "setpriv", "--pdeathsig", "KILL", "--", "/bin/sh", "-c", _JOIN, "sh",
             str(os.getpid()), *(cg.procs_files() if cg else []), "--"]
@@ -562,7 +593,8 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], s
         code = 125
     else:  # stopped: a limit or cancel (the runner could not remove its scratch tree)
         code = 137
-        _cleanup_scratch(work)
+        if not resumable:  # else the caller decides: resumed later, or removed (JobManager)
+            _cleanup_scratch(work)
     _note(log, f"end: exit status {code}" + (f"; {reason}" if reason else "")
           + f" ({time.monotonic() - t0:.1f} s)")
     return JobResult(code, reason)
