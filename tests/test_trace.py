@@ -49,6 +49,12 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+def wait_file(path: str) -> bool:
+    while not os.path.exists(path):
+        time.sleep(0.02)
+    return True
+
+
 class Cluster:
     """`shoal head` on loopback plus agents, each in its own session; stop() ends them."""
 
@@ -355,17 +361,20 @@ def test_cancelled_timed_out_and_dependent_tasks(tmp_path: Path) -> None:
         c.agent("a1")
         with Executor(connect=str(c.connfile)) as ex:
             c.wait_agents(ex, 1)
-            # The one slot is held until the queued tasks are cancelled: were it held by the
-            # timed-out task, a cancel slower than its 1 s (a loaded machine) would find the
-            # next task already started.
+            # The one slot (and worker) is held by a Python task until the queued ones are
+            # cancelled: were it held by the timed-out task, a cancel slower than its 1 s (a
+            # loaded machine) would find the next task already started. (A command would
+            # not do: the worker, free, may start a queued task before the command starts.)
             gate = tmp_path / "gate"
-            hold = ex.submit(Command(f"while [ ! -e {gate} ]; do sleep 0.02; done"))
+            hold = ex.submit(wait_file, str(gate))
             queued = [ex.submit(nap, 5.0) for _ in range(4)]  # some on the agent, some not
-            time.sleep(0.1)
-            assert all(f.cancel() for f in queued)
-            slow = ex.options(timeout=1.0).submit(nap, 5.0)   # runs, killed at 1 s
-            gate.touch()
-            assert hold.result(30).returncode == 0
+            try:
+                time.sleep(0.1)
+                assert all(f.cancel() for f in queued)
+                slow = ex.options(timeout=1.0).submit(nap, 5.0)   # runs, killed at 1 s
+            finally:
+                gate.touch()  # (on a failure: the executor's exit waits for the rest)
+            assert hold.result(30) is True
             bad = ex.submit(boom, 1)
             child = ex.options(after=[bad]).submit(add, 1, 2)  # never runs
             for f in (slow, bad, child):
