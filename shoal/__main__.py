@@ -6,7 +6,8 @@ runs in (docs/cluster.md; ``--hostfile``/``--hosts``/``--launcher``/``--interfac
 ``--connect FILE``. ``python -m
 shoal run ...`` (or any other sub-command) is the ``shoal`` command line.
 
-SCOOP's launcher options: ``-n``, ``--hostfile``, ``--hosts``, ``--prolog``, ``--pythonpath``
+SCOOP's launcher options: ``-n``, ``--hostfile``, ``--hosts`` (also SCOOP's form, several
+names: ``--hosts a a b prog.py``), ``--prolog``, ``--pythonpath``
 and ``--path``/``-p`` work (see shoal.launch.workenv for what the prolog carries); its
 others (``-b``, ``--tunnel``, ``--nice``, ``--backend``, ...) are accepted with a one-line
 warning each (docs/scoop.md).
@@ -46,6 +47,41 @@ class _Ignored(argparse.Action):
             seen.append(self.dest)
             print(f"shoal: ignoring SCOOP's {option_string}: {self.help}", file=sys.stderr)
         namespace.scoop_ignored = seen
+
+
+def scoop_hosts(argv: list[str], takes_value: frozenset[str] = frozenset()) -> list[str]:
+    """SCOOP's ``--hosts h1 h2 ... prog.py`` (and ``--host``): the names up to the next
+    option or the program (the first existing file) become one ``--hosts`` value. A host
+    named more than once gets one slot per mention, as in SCOOP (``--hosts a a b`` is
+    ``a:2,b:1``); hosts named once keep shoal's meaning (their own core count).
+    ``takes_value``: the options whose next word is their value (not the program)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--" or not arg.startswith("-") and os.path.isfile(arg):
+            out += argv[i:]  # the program: the rest is its own
+            break
+        if arg not in ("--hosts", "--host"):
+            out.append(arg)
+            i += 1
+            if arg in takes_value and i < len(argv):
+                out.append(argv[i])
+                i += 1
+            continue
+        names: list[str] = []
+        i += 1
+        while i < len(argv) and not argv[i].startswith("-") and not os.path.isfile(argv[i]):
+            names.append(argv[i])
+            i += 1
+        if len(names) > 1 and all(":" not in n and "," not in n for n in names):
+            counts: dict[str, int] = {}
+            for n in names:
+                counts[n] = counts.get(n, 0) + 1
+            if any(c > 1 for c in counts.values()):
+                names = [f"{n}:{c}" for n, c in counts.items()]
+        out += ["--hosts", ",".join(names)] if names else ["--hosts"]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                        **({"metavar": "X"} if takes else {}))
     ap.add_argument("program", help="the Python program to run")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
-    args = ap.parse_args(argv)
+    takes = frozenset(o for a in ap._actions if a.nargs != 0 for o in a.option_strings)
+    args = ap.parse_args(scoop_hosts(argv, takes))
     if not os.path.isfile(args.program):
         print(f"shoal: program {args.program!r} not found", file=sys.stderr)
         return 2

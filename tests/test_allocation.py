@@ -206,6 +206,9 @@ def test_hosts_string():
     assert parse_hosts("h1:4,h2:4").nodes == (Node("h1", 4), Node("h2", 4))
     assert parse_hosts("h1 h2").nodes == (Node("h1", 0), Node("h2", 0))
     assert parse_hosts(" h1:2, h1:2 ").nodes == (Node("h1", 4),)
+    assert parse_hosts("n[1-3]:2 x").nodes == (Node("n1", 2), Node("n2", 2), Node("n3", 2),
+                                                 Node("x", 0))
+    assert parse_hosts("n[01,03]:1").nodes == (Node("n01", 1), Node("n03", 1))
     with pytest.raises(AllocationError, match=r"^--hosts 'h1:x': 'h1:x': the count 'x'"):
         parse_hosts("h1:x")
     with pytest.raises(AllocationError, match="--hosts is empty"):

@@ -292,7 +292,9 @@ def test_shutdown_cancel_futures_and_reject_after():
     ex = Executor(workers=1)
     first = ex.submit(slow, 1, 0.5)
     rest = [ex.submit(slow, i, 0.5) for i in range(20)]
-    time.sleep(0.3)  # first is running by now
+    deadline = time.monotonic() + 30  # until first runs (a loaded machine starts late)
+    while not first.running() and time.monotonic() < deadline:
+        time.sleep(0.02)
     ex.shutdown(wait=True, cancel_futures=True)
     assert first.result(timeout=1) == 1
     assert any(f.cancelled() for f in rest)

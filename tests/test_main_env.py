@@ -185,3 +185,33 @@ def test_scoop_module_attributes(tmp_path):
     assert r.stdout.splitlines() == [
         "False True", "shoal.SIZE: no runtime yet (run the program with `python -m shoal`, "
         "or call a shoal.futures function first)"], r.stderr
+
+
+SIZE_PROGRAM = """\
+import os
+from shoal import futures
+
+def where(_):
+    import time
+    time.sleep(0.2)
+    return os.getpid()
+
+if __name__ == "__main__":
+    print(len(set(futures.map(where, range(6), chunksize=1))))
+"""
+
+
+def test_scoop_hosts_form_counts_repeated_names(tmp_path):
+    """SCOOP's `--hosts a a prog.py`: several names up to the program, a repeated name one
+    slot per mention (two workers on localhost here), then the program and its own
+    arguments untouched (its `--hosts x` is its own)."""
+    (tmp_path / "prog.py").write_text(SIZE_PROGRAM + "    import sys; print(sys.argv[1:])\n")
+    (tmp_path / "setup.sh").write_text("true\n")
+    r = shoal(["--prolog", "setup.sh", "--hosts", "localhost", "localhost", "prog.py",
+               "--hosts", "x"], cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["2", "['--hosts', 'x']"]
+    bad = shoal(["--hosts", "n[1-", "prog.py"], cwd=str(tmp_path))
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines()[-1] == (
+        "shoal: --hosts 'n[1-': 'n[1-': bad host range (unbalanced brackets)")

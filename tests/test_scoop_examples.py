@@ -240,15 +240,10 @@ def test_conditional_execution(dirs):
     assert r.stdout in ("Hello World\n", "Hello Parallel World\n")
 
 
-@pytest.mark.skipif(not os.environ.get("SHOAL_SLOW_EXAMPLES"),
-                    reason="DEAP's island model runs 36,000 nested evaluations of a few "
-                           "microseconds, one sub-task each (26 s on 2 busy cores, 2.3 s "
-                           "serially; SCOOP 0.7.2 did not finish it in 200 s): "
-                           "SHOAL_SLOW_EXAMPLES=1 runs it; test_deap_classes_in_nested_tasks "
-                           "covers what it needs")
 def test_deap_islands(dirs):
     """DEAP's onemax_island_scoop.py: five islands evolved in tasks (eaSimple with the
-    toolbox, whose map is futures.map, sent to the workers) and migrated 8 times. Its
+    toolbox, whose map is futures.map, sent to the workers) and migrated 8 times: 36,000
+    nested evaluations of a few microseconds (chunked: 2.3 s; one sub-task each: 26 s). Its
     tasks draw from each worker's unseeded random state and it prints nothing, so it is
     checked for running to the end."""
     r = run("shoal", dirs, "onemax_island_scoop.py", timeout=300)

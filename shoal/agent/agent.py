@@ -16,8 +16,8 @@ same connection file). EVICTED (the head declared it lost) drops everything it h
 The class is cut in mixins over the same state: ``placing`` (tasks with resources: bound
 cores, GPU devices, MPI ranks; --idle-timeout), ``pool`` (the worker processes),
 ``headlink`` (connection, loss, reconnect, eviction), ``stopping`` (time limits, cancels of
-running tasks, the drain, recycling workers between clients); this module holds the loop,
-the messages and placing work.
+running tasks, the drain, recycling workers between clients), ``commands`` (command tasks:
+launch, reap, report); this module holds the loop, the messages and placing Python work.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import math
 import mmap
 import os
 import secrets
-import select
 import shutil
 import signal
 import socket
@@ -39,8 +38,9 @@ from typing import Any
 import zmq
 
 from shoal._sys import alive, set_parent_death_signal
-from shoal.agent import launcher, resources
-from shoal.agent.failures import OomWatch, failure_info, text_info
+from shoal.agent import resources
+from shoal.agent.commands import Commands
+from shoal.agent.failures import OomWatch
 from shoal.agent.headlink import (
     EXIT_OK,
     HEAD_TIMEOUT_S,
@@ -48,7 +48,7 @@ from shoal.agent.headlink import (
     HeadLink,
 )
 from shoal.agent.placing import Placing
-from shoal.agent.pool import SLOT_BYTES, WorkerHandle, WorkerPool, spec_attempt, spec_owner
+from shoal.agent.pool import SLOT_BYTES, WorkerHandle, WorkerPool, spec_owner
 from shoal.agent.stopping import Stopping
 from shoal.transport import protocol as P
 from shoal.transport.session import PeerSession
@@ -67,14 +67,13 @@ QUEUE_MAX = 1000
 # goes at once, results in a stream wait for company. Short commands finish one by one,
 # and a message per result would cost the head and the client more than the commands.
 RESULTS_DELAY_S = 0.002
-HELD_SCAN = 64  # commands waiting for GPUs that later ones may pass, per pass of dispatch
 RESULTS_BATCH = 256
 HELLO_AGAIN_S = 5.0      # while waiting for a restarted head, say HELLO again this often
 T_OPTS, T_ATTEMPT, T_OWNER = P.T_OPTS, P.T_ATTEMPT, P.T_OWNER
 OWNER_SCAN = 256  # queued tasks a worker bound to one client looks through for its own
 
 
-class Agent(Placing, WorkerPool, HeadLink, Stopping):
+class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
     def __init__(
         self,
         address: str,
@@ -142,18 +141,11 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
         self.by_origin: dict[int, WorkerHandle] = {}
         self.py_queue: deque[list[Any]] = deque()
         self.pinned: dict[int, deque[list[Any]]] = {}
-        self.cmd_queue: deque[list[Any]] = deque()
-        self.commands: dict[int, launcher.Running] = {}      # pidfd -> running
-        # Running commands' pidfds live in one epoll set, itself one fd in the poller: a
-        # zmq poll costs O(registered items), and 400 running commands would make every
-        # turn of the loop pay for all of them.
-        self.cmd_epoll = select.epoll()
-        self.cmd_cores = 0
+        self._init_commands(QUEUE_TARGET_S)
         self.func_blobs: dict[int, bytes] = {}
         self.consts: list[int] = []  # shoal.shared constants (negative ids): to every worker once
         self.mean: dict[int, float] = {}     # per function (and kind): EWMA of run time
         self.recent_mean = QUEUE_TARGET_S    # of the last batch of results
-        self.cmd_mean = QUEUE_TARGET_S       # EWMA of command run time (launch to exit)
         self.window_to_send = 0   # window to send to the head at the next flush (0: none)
         self.sent_window = -1
         self.out_results: list[list[Any]] = []
@@ -161,8 +153,8 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
         # trace (the head said so in WELCOME): results carry this agent's times, a 6th
         # field [launched, started, ended, cpus, gpus, worker] (shoal.trace.store)
         self.trace = False
+        self.run_slots = 0      # slots of the run as the head welcomed this agent
         self.trace_launch: dict[int, float] = {}  # Python task -> when given to a worker
-        self.cmd_deep = 0                # extra window for short commands (see _want_credit)
         self.out_submit: list[list[Any]] = []
         self.out_funcs: dict[int, bytes] = {}
         self.out_workers: dict[bytes, list[list[Any]]] = {}
@@ -459,84 +451,8 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
                         free -= 1
         if self.gpu_py or self.py_gpu_held:
             self._dispatch_gpu_python()
-        # Commands when cores are free, in order (free cores counted once per pass). One
-        # waiting for GPU devices held by others lets the ones behind it pass (at most
-        # HELD_SCAN of them are skipped per pass).
-        free = self._free_cores() if self.cmd_queue else 0
-        queue = self.cmd_queue
-        skip = 0
-        while skip < len(queue):
-            spec = queue[skip]
-            cores = spec[5] or 1
-            if cores > 1 or len(spec) > T_OPTS and spec[T_OPTS]:
-                # the slow path: resources to place (cores to bind, GPUs, MPI ranks)
-                used = self._start_placed(spec, cores, free, skip)
-                if used is None:  # waits for GPU devices
-                    skip += 1
-                    if skip >= HELD_SCAN:
-                        break
-                    continue
-                if used < 0:
-                    break      # not enough free cores: wait, in order
-                free -= used
-                continue
-            if cores > free:
-                break
-            if skip:
-                del queue[skip]
-            else:
-                queue.popleft()
-            launched = time.time() if self.trace else 0.0
-            try:
-                run = launcher.spawn(spec[0], spec[3], cores, self.base_env)
-            except launcher.LaunchError as exc:
-                self._result_to_head([spec[0], P.ERR, str(exc).encode(), spec_attempt(spec),
-                                      failure_info(exc)])
-                continue
-            run.attempt = spec_attempt(spec)
-            run.launched = launched
-            free -= cores
-            self.cmd_cores += cores
-            self.commands[run.pidfd] = run
-            self.cmd_epoll.register(run.pidfd, select.EPOLLIN)
-            if len(spec) > P.T_OPTS and spec[P.T_OPTS]:
-                self._command_limit(run, self._time_limit(spec))
-
-    def _command_events(self) -> None:
-        for fd, _ in self.cmd_epoll.poll(0):
-            run = self.commands.get(fd)
-            if run is not None and run.status is None and launcher.reap(run):
-                self._done(run)
-
-    def _done(self, run: launcher.Running) -> None:
-        self.cmd_epoll.unregister(run.pidfd)
-        self.commands.pop(run.pidfd, None)
-        os.close(run.pidfd)
-        self.cmd_cores -= run.cores
-        if run.cpus or run.gpus:
-            self.placer.give_back(run.cpus, run.gpus)
-        if run.stopping == "drop":  # cancelled, evicted or handed back: no result
-            launcher.release(run)
-            return
-        if run.stopping == "timeout":
-            launcher.release(run)
-            text = launcher.timeout_text(run, self.kill_grace)
-            self._result_to_head([run.tid, P.TIMEOUT, text.encode(), run.attempt,
-                                  text_info(text), *self._command_times(run)])
-            return
-        dt = time.monotonic() - run.started
-        self.cmd_mean = 0.8 * self.cmd_mean + 0.2 * dt
-        status, payload, info = launcher.outcome(run)
-        self._result_to_head([run.tid, status, payload, run.attempt, info,
-                              *self._command_times(run)])
-
-    def _command_times(self, run: launcher.Running) -> list[list[Any]]:
-        """Traced: the RESULT's 6th field for a command that exited (else nothing)."""
-        if not self.trace:
-            return []
-        now = time.time()
-        return [[run.launched or None, now - (time.monotonic() - run.started), now, run.cpus,
-                 run.gpus, None]]
+        if self.cmd_queue:
+            self._dispatch_commands()
 
     # ---- sending -------------------------------------------------------------------------
     def _send_head(self, msg: list[Any]) -> None:
@@ -699,8 +615,7 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
                 now = time.monotonic()
                 if now >= second + 1.0:  # about once a second
                     second = now
-                    launcher.trim_captures(self.commands.values())  # output over --max-output
-                    launcher.kill_overdue(self.commands.values(), now)  # MPI launchers
+                    self._command_chores(now)
                     if self.idle_timeout is not None and not self.draining:
                         self._idle_check(now)
                     if self.owner_pid is not None and not alive(self.owner_pid):
@@ -751,8 +666,7 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
 
     def _shutdown(self) -> None:
         self.running = False
-        for run in list(self.commands.values()):
-            launcher.kill(run)
+        self._kill_commands()
         for w in list(self.workers.values()):
             if w.tasks:  # may be stuck anywhere: no waiting for it
                 try:
@@ -778,26 +692,7 @@ class Agent(Placing, WorkerPool, HeadLink, Stopping):
                     os.waitpid(w.pid, 0)
                 except (ProcessLookupError, ChildProcessError):
                     pass
-        for run in list(self.commands.values()):
-            while run.kill_at > 0 and time.monotonic() < run.kill_at:  # an MPI launcher:
-                try:                                                    # SIGTERMed, may stop
-                    if os.waitpid(run.pid, os.WNOHANG)[0]:
-                        break
-                except ChildProcessError:
-                    break
-                time.sleep(0.02)
-            else:
-                if run.kill_at > 0:
-                    launcher.kill(run)  # its grace is over: SIGKILL
-            try:
-                os.waitpid(run.pid, 0)
-            except ChildProcessError:
-                pass
-            launcher.kill(run)  # what it left in its process group
-            launcher.release(run)
-            os.close(run.pidfd)
-        self.commands.clear()
-        self.cmd_epoll.close()
+        self._reap_commands()
         if self.ctx is not None:
             if not self.head_gone and self.head is not None:
                 try:

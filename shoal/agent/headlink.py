@@ -42,6 +42,7 @@ class HeadLink:
         self.timeout_s = float(info.get("timeout_s") or HEAD_TIMEOUT_S)
         self.sent_window = -1   # the first credit: every slot plus its prefetch
         self.trace = bool(info.get("trace"))  # attach times to results (shoal.trace)
+        self.run_slots = int(info.get("slots") or 0)  # the run's, as this agent joined
         self.trace_launch.clear()
         for w in list(self.workers.values()):
             self._welcome_worker(w)

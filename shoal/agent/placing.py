@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-import select
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -114,12 +113,8 @@ class Placing:
             self._result_to_head([spec[0], P.ERR, str(exc).encode(), spec_attempt(spec),
                                   failure_info(launcher.LaunchError(str(exc)))])
             return 0
-        run.attempt = spec_attempt(spec)
-        run.launched = launched
         run.cpus, run.gpus, run.mpi = cpus, gpus, hosts is not None
-        self.cmd_cores += need
-        self.commands[run.pidfd] = run
-        self.cmd_epoll.register(run.pidfd, select.EPOLLIN)
+        self._track(run, spec, need, launched)
         self._command_limit(run, self._time_limit(spec) if opts else None)
         return need
 

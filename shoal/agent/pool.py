@@ -131,7 +131,8 @@ class WorkerPool:
         w.origin = self.origin_base + w.incarnation
         self.by_origin[w.origin] = w
         self._send_worker(w, [P.WELCOME, {"origin": w.origin, "prefetch": self.prefetch,
-                                          "trace": self.trace}])
+                                          "trace": self.trace,
+                                          "slots": max(self.run_slots, self.slots)}])
 
     def _start_workers(self, n: int) -> None:
         have = {w.index for w in self.workers.values()}

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import heapq
+import math
 import os
 import pickle
 import signal
@@ -79,6 +80,7 @@ class WorkerContext:
         self.codec = codec
         self.encoder = Encoder(0)   # origin comes with the agent's WELCOME
         self.capacity = 0           # no window before WELCOME
+        self.run_slots = 1          # slots of the run when this agent joined (nested map chunks)
         self.sent_window = -1
         self.running_slot: Any = None   # shared memory: the task id running now (for the agent)
         self.slot_offset = 0
@@ -157,6 +159,7 @@ class WorkerContext:
                 self.encoder = Encoder(msg[1]["origin"], self.encoder.wrap)
                 self.capacity = 1 + max(0, int(msg[1]["prefetch"]))
                 self.trace = bool(msg[1].get("trace"))
+                self.run_slots = int(msg[1].get("slots") or 1)
             elif kind == P.TASKS:
                 specs = msg[1]
                 if msg[2]:
@@ -420,27 +423,63 @@ class WorkerContext:
             fut = ShoalFuture(enc.next_tid(), self)
             fut.set_exception(exc)
             return fut
+        return self._submitted(spec, fn)
+
+    def _submitted(self, spec: list[Any], fn: Any) -> ShoalFuture:
+        """The future of a sub-task: kept here (the first LOCAL_KEEP of a burst of Python
+        calls or chunks) or on its way to the agent."""
         fut = ShoalFuture(spec[0], self)
         self.children[spec[0]] = fut
         g = greenlet.getcurrent()
         self.burst += 1
-        if spec[1] == P.PY and self.burst <= LOCAL_KEEP and g in self.slot_of:
-            self.funcs.setdefault(spec[2], fn)  # type: ignore[arg-type]
+        if spec[1] != P.CMD and self.burst <= LOCAL_KEEP and g in self.slot_of:
+            self.funcs.setdefault(spec[2], fn)
             self.local.append((time.monotonic(), spec, self.slot_of[g]))
         else:
             self.out_submit.append(spec)
         return fut
 
     def map(self, fn: Callable[..., Any], *iterables: Any, timeout: float | None = None,
-            chunksize: int = 1) -> Any:
-        futs = [self.submit(fn, *args) for args in zip(*iterables, strict=False)]
+            chunksize: int | None = None) -> Any:
+        """``Executor.map`` inside a task. ``chunksize=None`` groups items as the client's
+        map does (about four chunks per slot of the run), so a nested map of tiny calls
+        costs a few sub-tasks, not one per item; ``chunksize=1`` submits one per item."""
+        items = list(zip(*iterables, strict=False))
+        if chunksize is None:
+            chunksize = max(1, math.ceil(len(items) / (4 * max(1, self.run_slots))))
+        if chunksize < 1:
+            raise ValueError("chunksize must be >= 1")
+        if chunksize == 1:
+            futs = [self.submit(fn, *args) for args in items]
+        else:
+            futs = [self._submit_chunk(fn, items[i:i + chunksize])
+                    for i in range(0, len(items), chunksize)]
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def results() -> Any:
-            for f in futs:
-                yield f.result(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            try:
+                for f in futs:
+                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    if chunksize == 1:
+                        yield f.result(left)
+                    else:
+                        yield from f.result(left)
+            finally:  # stopped early (error, time-out, close): drop what was not sent yet
+                rest = [f for f in futs if not f.done()]
+                if rest:
+                    self._cancel(rest)
 
         return results()
+
+    def _submit_chunk(self, fn: Callable[..., Any], items: list[tuple[Any, ...]]) -> ShoalFuture:
+        """One sub-task calling ``fn`` on each of ``items`` (its value: their results)."""
+        try:
+            spec = self.encoder.chunk(fn, items, 1)
+        except (EncodeError, ValueError) as exc:
+            fut = ShoalFuture(self.encoder.next_tid(), self)
+            fut.set_exception(exc)
+            return fut
+        return self._submitted(spec, fn)
 
     def _started(self, futs: list[ShoalFuture]) -> bool:
         """``running()`` of a sub-task: known for those kept and started in this process
@@ -489,6 +528,8 @@ class WorkerContext:
                 f.add_done_callback(wake)
         if deadline is not None:
             heapq.heappush(self.timers, (deadline, id(g), g))
+            if self.local:  # a kept sub-task run here could outlast the wait's time limit
+                self._export(float("inf"))
         known = self.slot_of.get(g) == self.task_of[g]
         while True:
             self.blocked.add(g)

@@ -428,19 +428,43 @@ def read_hostfile(path: str | os.PathLike[str]) -> Allocation:
 
 
 def parse_hosts(spec: str) -> Allocation:
-    """``--hosts``: ``h1:4,h2:4`` or ``h1 h2`` (commas or spaces); a host without ``:N``
-    gets its own core count, counted there, as in a hostfile."""
+    """``--hosts``: ``h1:4,h2:4`` or ``h1 h2`` (commas or spaces), Slurm's ranges too
+    (``n[1-4]:8``); a host without ``:N`` gets its own core count, counted there, as in a
+    hostfile."""
+    import hostlist
+
     entries: list[tuple[str, int, str]] = []
-    for item in spec.replace(",", " ").split():
+    for item in _hosts_items(spec):
         name, sep, n = item.rpartition(":") if ":" in item else (item, "", "")
         if sep and (not n.isdigit() or int(n) < 1):
             raise AllocationError(f"--hosts {spec!r}: {item!r}: the count {n!r} is not a whole number >= 1")
-        if not name or not _HOST.match(name) or "[" in name:
-            raise AllocationError(f"--hosts {spec!r}: {item!r} is not HOST or HOST:N")
-        entries.append((name, int(n) if sep else 0, "--hosts"))
+        try:
+            names = hostlist.expand_hostlist(name) if "[" in name else [name]
+        except hostlist.BadHostlist as exc:
+            raise AllocationError(f"--hosts {spec!r}: {item!r}: bad host range ({exc})") from None
+        for one in names:
+            if not one or not _HOST.match(one):
+                raise AllocationError(f"--hosts {spec!r}: {item!r} is not HOST or HOST:N")
+            entries.append((one, int(n) if sep else 0, "--hosts"))
     if not entries:
         raise AllocationError("--hosts is empty")
     return Allocation(kind="hosts", nodes=_merge(entries), source=f"--hosts {spec}")
+
+
+def _hosts_items(spec: str) -> list[str]:
+    """The items of a --hosts value, split at commas and spaces outside brackets."""
+    items, cur, depth = [], "", 0
+    for ch in spec:
+        depth += (ch == "[") - (ch == "]")
+        if ch in ", " and depth == 0:
+            if cur:
+                items.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur:
+        items.append(cur)
+    return items
 
 
 def _merge(entries: list[tuple[str, int, str]]) -> tuple[Node, ...]:
