@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""CPU seconds per shoal process (client, head, agent) and in total, A/B over source trees.
+"""CPU seconds per shoal process (client, head, agent, and what the agent forked: its spawn
+helper and workers, "agent+") and in total, A/B over source trees.
 
     python bench/cpu_split.py --trees /tmp/main,. --rounds 5 -- shoal run w2.txt -j 2 \\
         --discard-output --no-progress --no-summary
@@ -25,9 +26,11 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 TCK = os.sysconf("SC_CLK_TCK")
+NEUTRAL = tempfile.mkdtemp(prefix="cpu-split-")
 
 
 def _table() -> dict[int, tuple[int, float]]:
@@ -57,8 +60,13 @@ def measure(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
     """One run: CPU seconds per role, the total (children included) and the wall time."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
-    seen: dict[int, list] = {}  # pid -> [cmdline, cpu]
+    # Not in the caller's directory: `python -m shoal.head/agent` put their working
+    # directory first on sys.path, and in a checkout that would import its shoal, whatever
+    # the tree. Paths in the command that name files here are made absolute.
+    cmd = [os.path.abspath(a) if os.path.exists(a) and not os.path.isabs(a) else a for a in cmd]
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, cwd=NEUTRAL)
+    seen: dict[int, list] = {}  # pid -> [cmdline, cpu, polls seen in]
+    parent: dict[int, int] = {}
     while p.poll() is None:
         table = _table()
         kids = {p.pid}
@@ -77,7 +85,9 @@ def measure(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
                     cmdline = f.read().replace("\0", " ")
             except OSError:
                 continue
-            entry = seen.setdefault(k, [cmdline, 0.0])
+            parent[k] = table[k][0]
+            entry = seen.setdefault(k, [cmdline, 0.0, 0])
+            entry[2] += 1
             if cmdline:
                 entry[0] = cmdline  # after exec: the real program
             entry[1] = max(entry[1], table[k][1])
@@ -86,8 +96,13 @@ def measure(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = {"wall": wall, "total": (after.ru_utime + after.ru_stime)
            - (before.ru_utime + before.ru_stime), "client": 0.0, "head": 0.0, "agent": 0.0}
-    for pid, (cmdline, cpu) in seen.items():
+    out["agent+"] = 0.0
+    for pid, (cmdline, cpu, polls) in seen.items():
         role = "client" if pid == p.pid else _role(cmdline)
+        if polls < 3 and pid != p.pid:
+            role = "other"  # a command caught between its spawn and its exec
+        if role == "agent" and _role(seen.get(parent.get(pid, 0), [""])[0]) == "agent":
+            role = "agent+"  # forked by the agent: its spawn helper and its workers
         if role != "other":
             out[role] += cpu
     if p.returncode != 0:
@@ -111,7 +126,7 @@ def main() -> int:
             extra = os.environ.get("PYTHONPATH")
             env = dict(os.environ, PYTHONPATH=t if not extra else t + os.pathsep + extra)
             runs[t].append(measure(cmd, env))
-    keys = ["client", "head", "agent", "total", "wall"]
+    keys = ["client", "head", "agent", "agent+", "total", "wall"]
     print(f"median of {args.rounds} alternating rounds, CPU seconds (wall: seconds); "
           f"load {os.getloadavg()[0]:.1f}")
     print("| tree | " + " | ".join(keys) + " |")

@@ -17,6 +17,9 @@ Variants, alternated round by round (the machine is shared: medians are printed)
   ``/bin/sh -c`` spec as ``shoal run`` sends it (a task-file line), stdout/stderr
   discarded, reaped as the agent reaps, each result pickled as the agent does.
 - ``agent-capture``: the same with stdout/stderr captured (the Executor's default).
+- ``helper``, ``helper-capture``: the same through the agent's spawn helper
+  (``shoal.agent.spawner``), this process in the agent's place: every command handed at
+  once, reports received; the helper's CPU is in the children's column.
 
 Each keeps ``-P`` commands running (like ``xargs -P``). ``--fds N`` holds N extra open
 descriptors in the parent while it spawns (an agent with N/3 commands running holds about
@@ -183,8 +186,9 @@ def run_agent(n: int, par: int, capture: bool) -> tuple[float, float, float]:
     while started < n or runs:
         while len(runs) < par and started < n:
             run = launcher.spawn(started, spec, 1, env)
-            runs[run.pidfd] = run
-            ep.register(run.pidfd, select.EPOLLIN)
+            fd = os.pidfd_open(run.pid)
+            runs[fd] = run
+            ep.register(fd, select.EPOLLIN)
             started += 1
         for fd, _ in ep.poll(1.0):
             run = runs[fd]
@@ -197,13 +201,39 @@ def run_agent(n: int, par: int, capture: bool) -> tuple[float, float, float]:
     return time.perf_counter() - t0, _cpu_self() - s0, _cpu_children() - k0
 
 
+def run_helper(n: int, par: int, capture: bool) -> tuple[float, float, float]:
+    """The agent's path since the spawn helper: this process as the agent (hand-offs and
+    reports, all n handed at once), the helper running ``par`` at a time. Its CPU is in
+    the children's (it is reaped at the end, its commands with it)."""
+    from shoal.agent.spawner import Spawner
+
+    spec: dict = {"argv": ["/bin/sh", "-c", "/bin/true 1"]}
+    if not capture:
+        spec["stdout"] = spec["stderr"] = "devnull"
+    k0, s0, t0 = _cpu_children(), _cpu_self(), time.perf_counter()
+    sp = Spawner()
+    sp.config(dict(os.environ), None)
+    sp.cap(par)
+    for i in range(n):
+        sp.run(i + 1, i, spec, 1)
+    sp.flush()
+    done = 0
+    while done < n:
+        select.select([sp.fileno()], [], [], 1.0)
+        done += len(sp.receive())
+    wall = time.perf_counter() - t0
+    sp.close(5.0)
+    return wall, _cpu_self() - s0, _cpu_children() - k0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("-n", type=int, default=2000, help="commands per measurement")
     ap.add_argument("-P", type=int, default=2, help="commands kept running at once")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--fds", default="0", help="extra open descriptors, comma-separated")
-    ap.add_argument("--variants", default="c,py,pidfd,sigchld,agent,agent-capture")
+    ap.add_argument("--variants",
+                    default="c,py,pidfd,sigchld,agent,agent-capture,helper,helper-capture")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="spawn-floor-")
     variants = [v for v in args.variants.split(",") if v]
@@ -225,6 +255,8 @@ def main() -> int:
                         r = run_pidfd(args.n, args.P)
                     elif v == "sigchld":
                         r = run_sigchld(args.n, args.P)
+                    elif v.startswith("helper"):
+                        r = run_helper(args.n, args.P, v == "helper-capture")
                     else:
                         r = run_agent(args.n, args.P, v == "agent-capture")
                     results.setdefault((v, nfd), []).append(r)

@@ -9,7 +9,7 @@ head and one agent of 2 slots, the head with ``--exit-when-idle``, both watching
 process), started here the way ``shoal.launch.local`` starts it, with ``--trace FILE`` on
 the head for "on"; "off" is the head without the flag, i.e. what every run pays today.
 
-Besides wall time it reports the CPU the head, the agent (with its workers) and the client
+Besides wall time it reports the CPU the head, the agent, its workers and the client
 spent per task (robust on a shared machine), and the trace's size. Goal: at most 10% slower
 with the trace on (issue 11 item 5), then under 5% (issue 14). Results: docs/benchmarks.md
 ("Issue 14: report and trace cost") and docs/trace.md.
@@ -44,9 +44,9 @@ def cpu_s(pid: int) -> float:
     return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds of ``pid`` and its live children (an agent and its workers)."""
-    total = cpu_s(pid)
+def children_cpu_s(pid: int) -> float:
+    """CPU seconds of the live children of ``pid`` (an agent's workers)."""
+    total = 0.0
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as fh:
             kids = [int(k) for k in fh.read().split()]
@@ -89,26 +89,34 @@ def runtime(trace: str | None, workers: int, slots: int) -> Iterator[tuple[Execu
         shutil.rmtree(rundir, ignore_errors=True)
 
 
-def cell(name: str, n: int, trace: bool) -> tuple[float, int, float, float, float]:
-    """One timed run: (seconds, trace bytes, head, agent and client CPU us per task)."""
+def cell(name: str, n: int, trace: bool) -> tuple[float, int, float, float, float, float]:
+    """One timed run: (seconds, trace bytes, head, agent, its workers' and the client's CPU
+    us per task)."""
     workdir = tempfile.mkdtemp(prefix="stb")
     try:
         path = os.path.join(workdir, "run.trace") if trace else None
         workers, slots = (2, 2) if name == "W1" else (0, 2)
         with runtime(path, workers, slots) as (ex, head_pid, agent_pid):
             ex.submit(Command(["/bin/true"])).result()  # the agent is there
-            h0, a0, c0 = cpu_s(head_pid), tree_cpu_s(agent_pid), time.process_time()
+            h0, a0, k0 = cpu_s(head_pid), cpu_s(agent_pid), children_cpu_s(agent_pid)
+            c0 = time.process_time()
             dt = (w1 if name == "W1" else w2)(ex, n)
-            h, a, c = cpu_s(head_pid) - h0, tree_cpu_s(agent_pid) - a0, time.process_time() - c0
+            h, a = cpu_s(head_pid) - h0, cpu_s(agent_pid) - a0
+            k, c = children_cpu_s(agent_pid) - k0, time.process_time() - c0
         size = os.path.getsize(path) if path and os.path.exists(path) else 0
         if trace:
             from shoal.trace import summary
 
             s = summary(path)
             assert s["tasks"] >= n, f"trace has {s['tasks']} tasks, not {n}"
-        return dt, size, h / n * 1e6, a / n * 1e6, c / n * 1e6
+        return dt, size, h / n * 1e6, a / n * 1e6, k / n * 1e6, c / n * 1e6
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _us(x: float) -> str:
+    """A CPU figure in us per task, to 3 digits (W2's are in the thousands)."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
 
 
 def main() -> int:
@@ -125,29 +133,31 @@ def main() -> int:
         for name, n in (("W1", args.w1), ("W2", args.w2)):
             if args.only in (None, name):
                 for _ in range(args.reps):
-                    dt, _, h, a, c = cell(name, n, False)
-                    print(f"{name} off {dt:.3f} s head {h:.1f} agent {a:.1f} client {c:.1f} us/task",
-                          flush=True)
+                    dt, _, h, a, k, c = cell(name, n, False)
+                    print(f"{name} off {dt:.3f} s head {h:.2f} agent {a:.2f} workers {k:.2f} "
+                          f"client {c:.2f} us/task", flush=True)
         return 0
     cells = [(k, n) for k, n in (("W1", args.w1), ("W2", args.w2)) if args.only in (None, k)]
     times: dict[tuple[str, str], list[float]] = {}
-    cpus: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    cpus: dict[tuple[str, str], list[tuple[float, ...]]] = {}
     sizes: dict[str, int] = {}
     for rep in range(args.reps):
         for name, n in cells:
             for mode in (("off", "on") if rep % 2 == 0 else ("on", "off")):
-                dt, size, h, a, c = cell(name, n, mode == "on")
+                dt, size, h, a, k, c = cell(name, n, mode == "on")
                 times.setdefault((name, mode), []).append(dt)
-                cpus.setdefault((name, mode), []).append((h, a, c))
+                cpus.setdefault((name, mode), []).append((h, a, k, c))
                 if mode == "on":
                     sizes[name] = size
-                print(f"rep {rep + 1} {name} trace {mode}: {dt:.2f} s ({n / dt:.0f}/s)",
+                print(f"rep {rep + 1} {name} trace {mode}: {dt:.2f} s ({n / dt:.0f}/s), us/task "
+                      f"head {h:.2f} agent {a:.2f} workers {k:.2f} client {c:.2f}",
                       file=sys.stderr, flush=True)
 
-    print(f"\ntrace bench (median of {args.reps}; {os.cpu_count()} cores)")
-    print(f"{'cell':<20}{'off s':>7}{'on s':>7}{'slower':>8}{'pairs':>8}{'CPU':>7}"
-          f"{'tasks/s on':>11}{'trace':>9}"
-          f"{'head us/task':>15}{'agent us/task':>16}{'client us/task':>16}")
+    print(f"\ntrace bench (median of {args.reps}; {os.cpu_count()} cores; load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})")
+    print(f"{'cell':<14}{'off s':>7}{'on s':>7}{'slower':>8}{'pairs':>8}{'CPU':>7}"
+          f"{'tasks/s on':>11}{'trace':>9}{'head':>12}{'agent':>12}{'workers':>12}"
+          f"{'client':>12}{'trace us':>10}")  # CPU us per task
     for name, n in cells:
         off = statistics.median(times[(name, "off")])
         on = statistics.median(times[(name, "on")])
@@ -156,14 +166,15 @@ def main() -> int:
         m_off = [statistics.median(x) for x in zip(*cpus[(name, "off")], strict=True)]
         m_on = [statistics.median(x) for x in zip(*cpus[(name, "on")], strict=True)]
         cpu = sum(m_on) / sum(m_off) - 1
-        pair = [f"{x:.1f}/{y:.1f}" for x, y in zip(m_off, m_on, strict=True)]
-        print(f"{f'{name} ({n})':<20}{off:>7.2f}{on:>7.2f}{(on / off - 1) * 100:>7.1f}%"
+        pair = [f"{_us(x)}/{_us(y)}" for x, y in zip(m_off, m_on, strict=True)]
+        print(f"{f'{name} ({n})':<14}{off:>7.2f}{on:>7.2f}{(on / off - 1) * 100:>7.1f}%"
               f"{pairs * 100:>7.1f}%{cpu * 100:>6.1f}%"
-              f"{n / on:>11.0f}{sizes[name] / 1e6:>6.1f} MB{pair[0]:>15}{pair[1]:>16}"
-              f"{pair[2]:>16}")
+              f"{n / on:>11.0f}{sizes[name] / 1e6:>6.1f} MB"
+              + "".join(f"{p:>12}" for p in pair) + f"{sum(m_on) - sum(m_off):>10.2f}")
     print("(slower: of the median times; pairs: the median of each repetition's on/off; CPU:\n"
-          " head + agent + client CPU per task, on over off, the figure least moved by other\n"
-          " work on a shared machine; CPU columns: off/on)")
+          " head + agent + workers + client CPU per task, on over off, the figure least moved\n"
+          " by other work on a shared machine; head ... client: CPU us per task, off/on;\n"
+          " trace us: what the trace adds per task, all processes)")
     return 0
 
 

@@ -32,7 +32,7 @@ from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
 from shoal.transport.keys import KeyCounter, line_key
 
-from .conftest import pid_alive, wait_gone
+from .conftest import ROOT, pid_alive, wait_gone
 
 PY = sys.executable
 
@@ -815,3 +815,51 @@ def _cmdline(pid: int) -> str:
             return fh.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+KILLED_CLIENT = """\
+import sys, time
+from shoal import Command, Executor
+ex = Executor(connect=sys.argv[1])
+ex.submit(Command(["sh", "-c", "echo $$ > " + sys.argv[2] + ".tmp; mv " + sys.argv[2]
+                   + ".tmp " + sys.argv[2] + "; exec sleep 120"]))
+time.sleep(300)
+"""
+
+
+def test_kill_9_of_a_tcp_client_on_the_heads_host_stops_its_tasks_at_once(tmp_path):
+    """A client that joined over TCP from the head's own host says which host it is on: the
+    head watches its pid, so kill -9 of it stops its running command at once rather than
+    after the heartbeat timeout (60 s here)."""
+    path = str(tmp_path / "run.json")
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    head = subprocess.Popen([PY, "-m", "shoal", "head", "--bind", "tcp://127.0.0.1:0",
+                             "--connection-file", path, "--heartbeat-timeout", "60"],
+                            env=env, start_new_session=True)
+    agent = client = None
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        agent = subprocess.Popen([PY, "-m", "shoal", "agent", "--connect", path, "--slots",
+                                  "1"], env=env, start_new_session=True)
+        script = tmp_path / "client.py"
+        script.write_text(KILLED_CLIENT)
+        pidfile = tmp_path / "cmd.pid"
+        client = subprocess.Popen([PY, str(script), path, str(pidfile)], env=env)
+        while not pidfile.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        cmd_pid = int(pidfile.read_text())
+        client.kill()
+        client.wait()
+        t0 = time.monotonic()
+        assert not wait_gone({cmd_pid}, 20), "the killed client's command still runs after 20 s"
+        assert time.monotonic() - t0 < 20
+    finally:
+        for p in (client, agent, head):
+            if p is not None and p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait(10)

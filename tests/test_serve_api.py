@@ -356,7 +356,8 @@ def test_log_follow_cancel_and_delete(serve) -> None:
 
 
 def test_restart_keeps_finished_jobs_and_fails_running_ones(serve) -> None:
-    srv = serve(extra=("--max-running", "1"))
+    # --no-resume: running jobs fail at a restart (resuming: tests/test_serve_resume.py)
+    srv = serve(extra=("--max-running", "1", "--no-resume"))
     done = srv.submit("echo kept > kept.txt\n")["id"]
     assert srv.wait(done)["state"] == "succeeded"
     running = srv.submit("echo started\nsleep 120\n")["id"]

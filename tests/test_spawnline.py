@@ -51,7 +51,8 @@ def test_only_sh_dash_c_lines_are_considered():
 
 def _finish(run: launcher.Running, timeout: float = 10.0) -> tuple[int, bytes, bytes]:
     ep = select.epoll()
-    ep.register(run.pidfd, select.EPOLLIN)
+    pidfd = os.pidfd_open(run.pid)
+    ep.register(pidfd, select.EPOLLIN)
     try:
         deadline = time.monotonic() + timeout
         while not ep.poll(0.5):  # the pidfd says it exited (reap() kills what is left)
@@ -59,7 +60,7 @@ def _finish(run: launcher.Running, timeout: float = 10.0) -> tuple[int, bytes, b
         assert launcher.reap(run)
     finally:
         ep.close()
-        os.close(run.pidfd)
+        os.close(pidfd)
     out = launcher._read_capture(run.captures.pop("stdout"))
     err = launcher._read_capture(run.captures.pop("stderr"))
     return run.status, out, err

@@ -87,7 +87,9 @@ def failure_kwargs(args: argparse.Namespace, connection_file: str) -> dict[str, 
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, connection: Connection | None = None) -> int:
+    """``connection``: the head's connection, already read (shoal.launch.boot); else the
+    ``--connection`` file is read."""
     ap = argparse.ArgumentParser(prog="python -m shoal.agent")
     ap.add_argument("--connection", required=True, help="connection file of the head")
     ap.add_argument("--slots", type=int, help="cores this agent offers (default: all)")
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="shoal agent: %(message)s")
     try:
-        conn = Connection.read(args.connection)
+        conn = connection if connection is not None else Connection.read(args.connection)
     except (OSError, ValueError) as exc:
         print(f"python -m shoal.agent: {exc}", file=sys.stderr)
         return EXIT_BAD_ARGS

@@ -1,8 +1,8 @@
 """The node agent: one per node. Slots, warm Python workers, command launcher.
 
 One thread, one poll loop over: the DEALER to the head, the ROUTER to its workers,
-each worker's pidfd (death), an epoll set of running commands' pidfds, and a pipe that
-signals wake it through. Everything that goes out is batched per turn of the loop.
+each worker's pidfd (death), the spawn helper's socket (commands: shoal.agent.spawner), and
+a pipe that signals wake it through. Everything that goes out is batched per turn of the loop.
 
 Credit: the agent tells the head how many cores' worth of tasks it can take (its slots x
 (1 + prefetch) at first; then what finishes, and what blocks waiting on sub-tasks). Workers
@@ -150,11 +150,13 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
         self.sent_window = -1
         self.out_results: list[list[Any]] = []
         self.results_sent = 0.0
-        # trace (the head said so in WELCOME): results carry this agent's times, a 6th
-        # field [launched, started, ended, cpus, gpus, worker] (shoal.trace.store)
+        # trace (the head said so in WELCOME): results carry this agent's times, as
+        # columns in step with out_results (shoal.trace.columns.AgentTimes)
         self.trace = False
         self.run_slots = 0      # slots of the run as the head welcomed this agent
         self.trace_launch: dict[int, float] = {}  # Python task -> when given to a worker
+        self.trace_times: Any = None  # AgentTimes once traced
+        self.trace_now = 0.0  # traced: when this _dispatch pass began (launched)
         self.out_submit: list[list[Any]] = []
         self.out_funcs: dict[int, bytes] = {}
         self.out_workers: dict[bytes, list[list[Any]]] = {}
@@ -242,7 +244,8 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
             w.said_hello = True
             self._welcome_worker(w)
         elif kind == P.RESULTS:
-            tasks, est, out, trace = w.tasks, w.est, self.out_results, self.trace
+            tasks, est, out = w.tasks, w.est, self.out_results
+            first = len(out)
             for item in msg[1]:
                 spec = tasks.pop(item[0], None)
                 if spec is None:  # stopped or handed back meanwhile: not ours to send
@@ -252,17 +255,11 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
                     w.timed.pop(item[0], None)
                     w.started.pop(item[0], None)
                 item[3] = spec[T_ATTEMPT] if len(spec) > T_ATTEMPT else None  # R_ATTEMPT
-                if trace:  # the worker sent [None, started, ended, None, None, None]
-                    if len(item) > 5:
-                        tr = item[5]
-                        tr[0] = self.trace_launch.pop(item[0], None)
-                        tr[5] = w.index
-                        if self.py_gpu_held:
-                            self._trace_gpus(tr, item[0])
-                    else:
-                        item.append([self.trace_launch.pop(item[0], None), None, time.time(),
-                                     None, None, w.index])
                 out.append(item)
+            if self.trace:  # the worker sent started, ended as bytes (msg[3])
+                self.trace_times.worker_results(msg[1], out[first:], msg[3] if len(msg) > 3
+                                                else None, w.index, self.trace_launch,
+                                                self.py_gpu_held)
             if not tasks:
                 w.queued_s = 0.0
             if len(msg) > 2 and msg[2]:
@@ -313,16 +310,10 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
             if w.ready and not w.doomed:
                 self.out_workers.setdefault(w.ident, [])
 
-    def _trace_gpus(self, tr: list[Any], tid: int) -> None:
-        """Traced: the GPU ids a Python task was given (its RESULT's 6th field)."""
-        held = self.py_gpu_held.get(tid)
-        if held is not None:
-            tr[4] = held[1]
-
     def _result_to_head(self, item: list[Any]) -> None:
-        if self.trace and len(item) == 5:  # failed before or while running: what is known
-            item.append([self.trace_launch.pop(item[0], None), None, time.time(), None, None,
-                         None])
+        if self.trace:  # its times (a 6th field) go to the columns; without: what is known
+            self.trace_times.add(item.pop() if len(item) > 5 else [
+                self.trace_launch.pop(item[0], None), None, time.time(), None, None, None])
         self.out_results.append(item)  # the window (sent separately) accounts for its cores
 
     def _want_credit(self) -> None:
@@ -369,8 +360,8 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
         w.est[spec[0]] = e
         w.queued_s += e
         w.tasks[spec[0]] = spec
-        if self.trace:
-            self.trace_launch[spec[0]] = time.time()
+        if self.trace:  # one clock read per _dispatch pass (the tasks leave at its _flush)
+            self.trace_launch[spec[0]] = self.trace_now
         if len(spec) > T_OWNER:
             owner = spec[T_OWNER]
             if owner is not None:
@@ -400,6 +391,8 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
         # Python tasks to workers that want them: pinned blocks (static schedule) to their
         # worker; the shared queue round-robin, one task per worker per pass, idle workers
         # first, so tasks spread over idle workers before any worker gets a second one.
+        if self.trace:
+            self.trace_now = time.time()
         if self.py_queue or self.pinned:
             free = self._free_cores()
             ready = [w for w in self.workers.values() if w.ready]  # a ROUTER drops to others
@@ -497,6 +490,7 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
                 if specs or funcs:
                     self._send_worker(w, [P.TASKS, specs, funcs])
             self.out_workers = {}
+        self._flush_commands()
         if not self.welcomed:
             return
         if self.out_results and (
@@ -505,10 +499,8 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
             or not self.running or self.draining
         ):
             res, self.out_results = self.out_results, []
-            if self.trace:  # trace: the times go packed, one blob per message (trace.store)
-                from shoal.trace.store import pack_times  # only traced agents pay its import
-
-                self._send_head([P.RESULTS, res, pack_times(res)])
+            if self.trace:  # trace: the times go packed, one blob per message
+                self._send_head([P.RESULTS, res, self.trace_times.take(len(res))])
             else:
                 self._send_head([P.RESULTS, res])
             self.results_sent = self.sent_at
@@ -557,6 +549,7 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
         set_parent_death_signal()
         signal.signal(signal.SIGUSR1, self.dump_state)
         log.info("%s", resources.describe(self.capacity, self.placer))
+        cmd_fd = self._start_spawner()  # first: the fewest descriptors for it to carry
         # Fork the warm workers before this process has any ZeroMQ context or thread, after
         # importing what they run: imported once here, every worker starts with it for free.
         if self.nworkers:
@@ -572,9 +565,8 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
         self._hello()
         poller = self.poller
         poller.register(self.wsock, zmq.POLLIN)
-        poller.register(self.cmd_epoll.fileno(), zmq.POLLIN)
+        poller.register(cmd_fd, zmq.POLLIN)
         wake_fd = self._watch_signals()
-        epoll_fd = self.cmd_epoll.fileno()
         second = time.monotonic()
         try:
             while self.running:
@@ -594,7 +586,7 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
                         self._drain(self.head, from_head=True)
                     elif sock_or_fd is self.wsock:
                         self._drain(self.wsock, from_head=False)
-                    elif sock_or_fd == epoll_fd:
+                    elif sock_or_fd == cmd_fd:
                         self._command_events()
                     elif sock_or_fd == wake_fd:
                         self._signalled(now)

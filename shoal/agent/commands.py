@@ -1,30 +1,40 @@
-"""Command tasks on the agent: queue, launch, reap, report. A mixin of ``Agent``.
+"""Command tasks on the agent: queue, hand to the spawn helper, report. A mixin of ``Agent``.
 
 Commands start when cores are free, in order. A one-core command without options takes the
 fast path here; one with resources (bound cores, GPUs, MPI ranks) goes through
-``Placing._start_placed``, which hands the running command back through ``_track``.
+``Placing._start_placed``, which hands it on through ``_hand`` and ``_track``.
 
-Running commands' pidfds live in one epoll set, itself one descriptor in the agent's poller:
-a zmq poll costs O(registered items), and 400 running commands would make every turn of the
-loop pay for all of them. ``shoal.agent.launcher`` does the process work (spawn, reap,
-outcome, kill); this module keeps the agent's books (cores in use, the running table,
-results to the head).
+The process work (spawn, reap, output, kill) happens in the spawn helper
+(``shoal.agent.spawner``), so a spawn never blocks this loop; its reports arrive on one
+descriptor in the agent's poller. This module keeps the agent's books: the cores commands
+hold (from hand-off to report), the table of commands out at the helper, results to the
+head. Short one-core commands (mean run time under ``QUEUE_TARGET_S``) may be handed ahead
+of free cores -- ``cmd_deep`` of them, what the head's window already queues here -- so
+the helper starts the next the moment one exits, as ``xargs -P`` does; the helper never
+runs more than ``cap`` cores of them (what the Python workers leave), and none are handed
+ahead while a Python task waits for a core.
 """
 
 from __future__ import annotations
 
-import os
-import select
+import logging
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from shoal.agent import launcher
+import zmq
+
+from shoal.agent import launcher, limits
 from shoal.agent.failures import failure_info, text_info
 from shoal.agent.pool import spec_attempt
+from shoal.agent.spawner import Spawner
 from shoal.transport import protocol as P
 
+log = logging.getLogger("shoal.agent")
+
 HELD_SCAN = 64  # commands waiting for GPUs that later ones may pass, per pass of dispatch
+QUEUE_AHEAD_S = 0.005  # commands shorter than this (mean) may be handed ahead of free cores
+AHEAD_MAX = 64         # at most this many
 T_OPTS = P.T_OPTS
 
 
@@ -33,7 +43,7 @@ class Commands:
 
     cmd_queue: deque[list[Any]]
     commands: dict[int, launcher.Running]
-    cmd_epoll: select.epoll
+    spawner: Spawner | None
     cmd_cores: int
     cmd_mean: float
     cmd_deep: int
@@ -43,6 +53,12 @@ class Commands:
 
     if TYPE_CHECKING:  # provided by the agent and its other mixins (later in the MRO)
         placer: Any
+        poller: zmq.Poller
+        py_queue: deque[list[Any]]
+        pinned: dict[int, deque[list[Any]]]
+        gpu_py: deque[list[Any]]
+        running: bool
+        exit_code: int
         def _free_cores(self) -> int: ...
         def _result_to_head(self, item: list[Any]) -> None: ...
         def _start_placed(self, spec: list[Any], cores: int, free: int,
@@ -50,26 +66,58 @@ class Commands:
 
     def _init_commands(self, mean_start: float) -> None:
         self.cmd_queue = deque()
-        self.commands = {}            # pidfd -> running
-        self.cmd_epoll = select.epoll()
+        self.commands = {}          # key -> command out at the spawn helper
+        self.spawner = None         # started by run(), before the workers and ZeroMQ
+        self.cmd_keys = 0
+        self.cmd_cap = -1           # cores the helper's commands may use, as last sent
+        self.cmd_waiting_out = False  # the helper's socket was full: poll for room
         self.cmd_cores = 0
-        self.cmd_mean = mean_start  # EWMA of command run time (launch to exit)
+        self.cmd_mean = mean_start  # EWMA of command run time (start to exit)
         self.cmd_deep = 0                 # extra window for short commands (see _want_credit)
+
+    def _start_spawner(self) -> int:
+        """Fork the spawn helper (few descriptors open yet); the descriptor to poll."""
+        self.spawner = Spawner()
+        self.spawner.config(self.base_env, limits.max_output)
+        return self.spawner.fileno()
+
+    def _hand(self, tid: int, payload: dict[str, Any], cores: int, *,
+              defaults: dict[str, str] | None = None,
+              forced: dict[str, str | None] | None = None, cpus: list[int] | None = None,
+              argv: list[str] | None = None, mpi: bool = False) -> launcher.Running:
+        """Ask the helper to start a command; the agent's record of it."""
+        self.cmd_keys += 1
+        key = self.cmd_keys
+        self.spawner.run(key, tid, payload, cores, defaults=defaults, forced=forced, cpus=cpus,
+                         argv=argv, mpi=mpi)
+        run = launcher.Running(tid, 0, -1, payload, cores, time.monotonic())
+        run.helper = self.spawner
+        run.key = key
+        return run
 
     def _track(self, run: launcher.Running, spec: list[Any], cores: int,
                launched: float) -> None:
-        """A command just spawned: count its cores and watch its pidfd."""
+        """A command just handed to the helper: count its cores until it is reported."""
         run.attempt = spec_attempt(spec)
         run.launched = launched
         self.cmd_cores += cores
-        self.commands[run.pidfd] = run
-        self.cmd_epoll.register(run.pidfd, select.EPOLLIN)
+        self.commands[run.key] = run
 
     def _dispatch_commands(self) -> None:
         # In order (free cores counted once per pass). One waiting for GPU devices held by
         # others lets the ones behind it pass (at most HELD_SCAN of them per pass).
         free = self._free_cores()
+        cap = free + self.cmd_cores  # what the Python workers leave
+        if cap != self.cmd_cap:
+            self.cmd_cap = cap
+            self.spawner.cap(cap)
         queue = self.cmd_queue
+        if not queue:
+            return
+        ahead = 0  # short one-core commands the helper may hold beyond the free cores
+        if (self.cmd_mean < QUEUE_AHEAD_S and not self.py_queue and not self.pinned
+                and not self.gpu_py):
+            ahead = min(self.cmd_deep, AHEAD_MAX)
         skip = 0
         while skip < len(queue):
             spec = queue[skip]
@@ -86,87 +134,85 @@ class Commands:
                     break      # not enough free cores: wait, in order
                 free -= used
                 continue
-            if cores > free:
+            if cores > free + ahead:
                 break
             if skip:
                 del queue[skip]
             else:
                 queue.popleft()
             launched = time.time() if self.trace else 0.0
-            try:
-                run = launcher.spawn(spec[0], spec[3], cores, self.base_env)
-            except launcher.LaunchError as exc:
-                self._result_to_head([spec[0], P.ERR, str(exc).encode(), spec_attempt(spec),
-                                      failure_info(exc)])
-                continue
             free -= cores
-            self._track(run, spec, cores, launched)
+            self._track(self._hand(spec[0], spec[3], cores), spec, cores, launched)
 
     def _command_events(self) -> None:
-        for fd, _ in self.cmd_epoll.poll(0):
-            run = self.commands.get(fd)
-            if run is not None and run.status is None and launcher.reap(run):
-                self._done(run)
+        """The helper's reports (and room on its socket again)."""
+        try:
+            reports = self.spawner.receive()
+        except EOFError:
+            log.error("the spawn helper (pid %d) is gone: stopping", self.spawner.pid)
+            self.running = False
+            self.exit_code = 1
+            return
+        for rep in reports:
+            self._done(rep)
+        if self.cmd_waiting_out:
+            self._flush_commands()
 
-    def _done(self, run: launcher.Running) -> None:
-        self.cmd_epoll.unregister(run.pidfd)
-        self.commands.pop(run.pidfd, None)
-        os.close(run.pidfd)
+    def _flush_commands(self) -> None:
+        """End of a turn: what this turn asked of the helper goes in one message."""
+        sp = self.spawner
+        if sp is None:
+            return
+        full = not sp.flush()
+        if full != self.cmd_waiting_out:
+            self.cmd_waiting_out = full
+            self.poller.register(sp.fileno(), zmq.POLLIN | (zmq.POLLOUT if full else 0))
+
+    def _done(self, rep: tuple[Any, ...]) -> None:
+        key, rc, started, ended, status, payload, info = rep
+        run = self.commands.pop(key, None)
+        if run is None:
+            return
         self.cmd_cores -= run.cores
         if run.cpus or run.gpus:
             self.placer.give_back(run.cpus, run.gpus)
-        if run.stopping == "drop":  # cancelled, evicted or handed back: no result
-            launcher.release(run)
+        run.status = rc
+        if rc is None:  # it did not start: dropped while queued there, or a launch error
+            if isinstance(payload, str) and run.stopping != "drop":
+                self._result_to_head([run.tid, P.ERR, payload.encode(), run.attempt,
+                                      failure_info(launcher.LaunchError(payload))])
             return
         if run.stopping == "timeout":
-            launcher.release(run)
             text = launcher.timeout_text(run, self.kill_grace)
             self._result_to_head([run.tid, P.TIMEOUT, text.encode(), run.attempt,
-                                  text_info(text), *self._command_times(run)])
+                                  text_info(text), *self._command_times(run, started, ended)])
             return
-        dt = time.monotonic() - run.started
-        self.cmd_mean = 0.8 * self.cmd_mean + 0.2 * dt
-        status, payload, info = launcher.outcome(run)
+        if run.stopping == "drop" or status is None:  # cancelled, evicted or handed back
+            return
+        self.cmd_mean = 0.8 * self.cmd_mean + 0.2 * (ended - started)
         self._result_to_head([run.tid, status, payload, run.attempt, info,
-                              *self._command_times(run)])
+                              *self._command_times(run, started, ended)])
 
-    def _command_times(self, run: launcher.Running) -> list[list[Any]]:
+    def _command_times(self, run: launcher.Running, started: float,
+                       ended: float) -> list[list[Any]]:
         """Traced: the RESULT's 6th field for a command that exited (else nothing)."""
         if not self.trace:
             return []
-        now = time.time()
-        return [[run.launched or None, now - (time.monotonic() - run.started), now, run.cpus,
-                 run.gpus, None]]
+        off = time.time() - time.monotonic()  # the helper's times are monotonic
+        return [[run.launched or None, started + off, ended + off, run.cpus, run.gpus, None]]
 
     def _command_chores(self, now: float) -> None:
-        """About once a second: output over --max-output, MPI launchers past their grace."""
-        launcher.trim_captures(self.commands.values())
+        """About once a second: MPI launchers past their grace (the helper trims output)."""
         launcher.kill_overdue(self.commands.values(), now)
 
     def _kill_commands(self) -> None:
-        """Shutting down: signal every running command (``_reap_commands`` waits)."""
-        for run in list(self.commands.values()):
-            launcher.kill(run)
+        """Shutting down: the helper stops every command when its socket closes (an MPI
+        launcher gets SIGTERM and a grace first); ``_reap_commands`` waits for it."""
+        if self.spawner is not None:
+            self.spawner.close(None)
 
     def _reap_commands(self) -> None:
-        """Shutting down: wait for the commands, kill what they left, close the epoll set."""
-        for run in list(self.commands.values()):
-            while run.kill_at > 0 and time.monotonic() < run.kill_at:  # an MPI launcher:
-                try:                                                    # SIGTERMed, may stop
-                    if os.waitpid(run.pid, os.WNOHANG)[0]:
-                        break
-                except ChildProcessError:
-                    break
-                time.sleep(0.02)
-            else:
-                if run.kill_at > 0:
-                    launcher.kill(run)  # its grace is over: SIGKILL
-            try:
-                os.waitpid(run.pid, 0)
-            except ChildProcessError:
-                pass
-            launcher.kill(run)  # what it left in its process group
-            launcher.release(run)
-            os.close(run.pidfd)
+        """Shutting down: wait for the helper to have reaped every command."""
+        if self.spawner is not None:
+            self.spawner.close(launcher.MPI_KILL_GRACE + 2.0)
         self.commands.clear()
-        self.cmd_epoll.close()

@@ -44,6 +44,10 @@ class HeadLink:
         self.trace = bool(info.get("trace"))  # attach times to results (shoal.trace)
         self.run_slots = int(info.get("slots") or 0)  # the run's, as this agent joined
         self.trace_launch.clear()
+        if self.trace:
+            from shoal.trace.columns import AgentTimes  # only traced agents pay its import
+
+            self.trace_times = AgentTimes()
         for w in list(self.workers.values()):
             self._welcome_worker(w)
 
@@ -64,6 +68,8 @@ class HeadLink:
                 held += len(w.tasks)
                 self._kill_worker(w)
         self.out_results.clear()
+        if self.trace_times is not None:
+            self.trace_times.clear()
         self.out_submit.clear()
         self.out_funcs.clear()
         self.out_return.clear()

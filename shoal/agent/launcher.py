@@ -1,8 +1,9 @@
-"""Launching command tasks: posix_spawn (vfork semantics), pidfds, captured output.
+"""Launching command tasks: posix_spawn (vfork semantics), reaping, captured output.
 
-The agent never fork()s a Python interpreter per command: ``os.posix_spawnp`` uses
-vfork-like clone in glibc, and process exit is observed through a pidfd, so launching
-and reaping are events in the agent's single poll loop, not threads.
+These functions run in the agent's spawn helper (shoal.agent.spawner), which starts,
+reaps and reads every command; the agent keeps a ``Running`` record per command for its
+books, and ``kill`` on it goes to the helper. No Python interpreter is fork()ed per
+command: ``os.posix_spawn`` uses a vfork-like clone in glibc.
 
 Captured output goes to anonymous memory files (memfd), read once the command exits:
 one event per command (its exit) instead of three (exit and EOF on two pipes), no pipe
@@ -48,8 +49,8 @@ DEFAULT_SIGNALS = tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ", "SIGX
 @dataclass(slots=True)
 class Running:
     tid: int
-    pid: int
-    pidfd: int
+    pid: int                        # 0 in the agent's record (the helper knows it)
+    pidfd: int                      # unused: -1 (the helper reaps with waitid)
     spec: dict[str, Any]
     cores: int
     started: float
@@ -65,6 +66,8 @@ class Running:
     mpi: bool = False               # an MPI launcher (mpirun/srun) leads it: stop it gently
     kill_at: float = 0.0            # MPI: when SIGKILL follows the SIGTERM of kill() (0: none)
     launched: float = 0.0           # traced: epoch seconds when the agent called spawn
+    helper: Any = None              # the agent's shoal.agent.spawner.Spawner that runs it
+    key: int = 0                    # its name between the agent and that helper
 
 
 class LaunchError(Exception):
@@ -163,8 +166,7 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], 
         if pid is not None:
             for fd in opened:
                 os.close(fd)
-            return Running(tid, pid, os.pidfd_open(pid), spec, cores, time.monotonic(),
-                           captures)
+            return Running(tid, pid, -1, spec, cores, time.monotonic(), captures)
     try:
         if spec.get("cwd"):
             # posix_spawn cannot chdir; subprocess still uses vfork here
@@ -204,8 +206,7 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], 
     finally:
         for fd in opened:
             os.close(fd)
-    pidfd = os.pidfd_open(pid)
-    return Running(tid, pid, pidfd, spec, cores, time.monotonic(), captures, popen=popen)
+    return Running(tid, pid, -1, spec, cores, time.monotonic(), captures, popen=popen)
 
 
 _direct_env: tuple[dict[str, str], dict[str, str]] | None = None
@@ -335,7 +336,7 @@ def release(run: Running) -> None:
 
 
 def reap(run: Running) -> bool:
-    """Collect the exit status once the pidfd said so; True when reaped.
+    """Collect the exit status of a command that exited; True when reaped.
 
     What the command left running in its session (background children) is killed
     first, as batch systems do at the end of a job step: the exited leader is still a
@@ -401,10 +402,7 @@ def kill_overdue(runs: Iterable[Running], now: float) -> None:
     for run in runs:
         if run.kill_at and now >= run.kill_at and run.status is None:
             run.kill_at = -1.0  # once
-            try:
-                os.killpg(run.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            _signal(run, signal.SIGKILL)
 
 
 def kill(run: Running, sig: int = signal.SIGKILL) -> None:
@@ -415,12 +413,24 @@ def kill(run: Running, sig: int = signal.SIGKILL) -> None:
     if run.mpi and sig == signal.SIGKILL and not run.kill_at and not run.term_sent:
         run.kill_at = time.monotonic() + MPI_KILL_GRACE
         sig = signal.SIGTERM
+    _signal(run, sig)
+
+
+def _signal(run: Running, sig: int) -> None:
+    if run.helper is not None:  # the spawn helper's child: it signals it (by task id)
+        run.helper.kill(run.key, sig, run.stopping)
+    else:
+        kill_group(run.pid, sig)
+
+
+def kill_group(pid: int, sig: int) -> None:
+    """Signal a command's process group (it runs in its own session: its children too)."""
     try:
-        os.killpg(run.pid, sig)  # the command runs in its own session: take its children too
+        os.killpg(pid, sig)
     except ProcessLookupError:
         pass
     except PermissionError:
         try:
-            os.kill(run.pid, sig)
+            os.kill(pid, sig)
         except ProcessLookupError:
             pass

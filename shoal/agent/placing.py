@@ -4,7 +4,8 @@ The agent picks the concrete CPU ids and GPU ids of each task from its free sets
 only counts; shoal.agent.resources holds the sets and the launch details):
 
 - commands of more than one core, with GPUs or with MPI ranks take the slow path
-  ``_start_placed`` (one-core commands without options keep the agent's fast path);
+  ``_start_placed`` (one-core commands without options keep the agent's fast path); both
+  hand the command to the spawn helper (shoal.agent.commands);
 - a command waiting for GPU devices held by others stays queued while later ones pass
   (the head counts GPUs too; this holds only what it sends beyond them);
 - Python tasks with GPUs wait in ``gpu_py`` for an idle worker and free devices
@@ -106,8 +107,8 @@ class Placing:
                 argv, extra = resources.mpi_command(
                     payload["argv"], hosts, self.mpi_launcher, self.base_env, pass_env)
                 forced = {**(forced or {}), **extra}
-            run = launcher.spawn(spec[0], payload, need, self.base_env, defaults=defaults,
-                                 forced=forced, cpus=cpus, argv=argv)
+            run = self._hand(spec[0], payload, need, defaults=defaults, forced=forced,
+                             cpus=cpus, argv=argv, mpi=hosts is not None)
         except (launcher.LaunchError, resources.MpiError, OSError) as exc:
             self.placer.give_back(cpus, gpus)
             self._result_to_head([spec[0], P.ERR, str(exc).encode(), spec_attempt(spec),

@@ -316,7 +316,8 @@ class Stopping:
         self.drain_deadline = min(now + self.drain_timeout, max(now, self.alloc_end))
         if self.out_results:  # what finished so far goes first
             res, self.out_results = self.out_results, []
-            self._send_head([P.RESULTS, res])
+            self._send_head([P.RESULTS, res, self.trace_times.take(len(res))] if self.trace
+                            else [P.RESULTS, res])
         self._send_head([P.DRAIN, reason])
         queued = [s[0] for s in self.py_queue] + [s[0] for s in self.cmd_queue]
         for q in self.pinned.values():

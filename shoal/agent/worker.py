@@ -41,6 +41,7 @@ import struct
 import sys
 import time
 import traceback
+from array import array
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -64,6 +65,7 @@ _unpack_q = struct.Struct("q").unpack_from
 # in the shared slot (agent.pool): the last queued task started, and the agent's cancel marks
 _STARTED, _STOP_AT, _CANCEL_KEY, _NO_STOP = 24, 32, 40, (1 << 63) - 1
 _monotonic = time.monotonic
+_NAN = float("nan")  # traced: a start not known
 
 FLUSH_AFTER_S = 0.002     # a result waits at most this long for company before it is sent
 FLUSH_COUNT = 256
@@ -108,6 +110,7 @@ class WorkerContext:
         self.burst = 0              # sub-tasks the running greenlet submitted since switched in
         self.trace = False          # the agent asked for times: results carry start and end
         self.t_start: dict[int, float] = {}  # traced: agent task -> time.time() it started
+        self.out_times = array("d")  # traced: started, ended of each of out_results
         self.lock: Any = None       # shared with the agent (agent.pool): claims of queued tasks
         self.cancel_seen = 0        # the last CANCEL of queued tasks read
         self.owner: int | None = None  # the client of its tasks (the agent binds a worker
@@ -124,7 +127,11 @@ class WorkerContext:
         if self.out_results:
             res, self.out_results = self.out_results, []
             stats, self.stats = self.stats, {}
-            self._send([P.RESULTS, res, stats])
+            if self.trace:  # the agent adds launched and the worker (shoal.trace.columns)
+                times, self.out_times = self.out_times, array("d")
+                self._send([P.RESULTS, res, stats, times.tobytes()])
+            else:
+                self._send([P.RESULTS, res, stats])
         self._credit()
 
     def _credit(self) -> None:
@@ -402,11 +409,9 @@ class WorkerContext:
             return
         if not self.out_results:
             self.first_unsent = time.monotonic()
-        if self.trace:  # the agent fills in the rest (launched, worker, GPU ids)
-            self.out_results.append([tid, status, payload, None, info,
-                                     [None, self.t_start.pop(tid, None), time.time(), None,
-                                      None, None]])
-            return
+        if self.trace:  # started, ended: float64s sent as bytes with the results
+            self.out_times.append(self.t_start.pop(tid, _NAN))
+            self.out_times.append(time.time())
         self.out_results.append([tid, status, payload, None, info])
 
     # ---- sub-tasks ----------------------------------------------------------------

@@ -55,6 +55,9 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``shoal`` program: ``argv`` None means this process's arguments (and, for the
+    commands of ``EXIT_AT_ONCE``, an exit as soon as the command returns)."""
+    argv_given = argv
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
@@ -63,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(func(args) or 0)
+        code = int(func(args) or 0)
     except ValueError as exc:  # a bad connection file (--connect) is one line, not a traceback
         from shoal.transport.connfile import ConnectionFileError
 
@@ -71,6 +74,26 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"shoal {args.command}: {exc}", file=sys.stderr)
         return 2
+    if argv_given is None and args.command in EXIT_AT_ONCE:
+        _exit_now(code)
+    return code
+
+
+# Commands that leave nothing to clean up in this process when they return (their head and
+# agent have exited): as the program, they exit at once instead of tearing the interpreter
+# down (40-90 ms for what `shoal run` imported, inside the wall time users measure).
+EXIT_AT_ONCE = frozenset({"run"})
+
+
+def _exit_now(code: int) -> None:
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or a pipe whose reader left
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -197,7 +197,7 @@ def add_parser(sub: Any) -> None:
                      help="let commands write straight to this terminal (interleaved)")
     out.add_argument("--discard-output", action="store_true", help="discard command output")
     p.add_argument("--connect", metavar="FILE", help="run on a running head (shoal head)")
-    from shoal.launch.cluster import add_cluster_options
+    from shoal.launch.flags import add_cluster_options
 
     add_cluster_options(p)
     p.add_argument("--retries", type=int, default=0, metavar="N",
@@ -278,7 +278,7 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine]) ->
         if args.connect:
             ex = Executor(connect=args.connect, **policy)
         else:
-            from shoal.launch.cluster import cluster_kwargs
+            from shoal.launch.flags import cluster_kwargs
 
             # slots=None: all cores here, or each node's CPUs in an allocation (-j caps them)
             ex = Executor(workers=0, slots=args.slots, journal=args.journal, trace=args.trace,

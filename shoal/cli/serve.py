@@ -41,6 +41,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.add_argument("--wall", type=float, metavar="SECONDS", help="wall time limit of a job")
     p.add_argument("--output", metavar="SIZE", help="output size limit of a job")
     p.add_argument("--workers", type=int, metavar="N", help="commands a job runs at once")
+    p.add_argument("--no-resume", dest="resume", action="store_false",
+                   help="after a restart, mark the jobs that were running failed instead of "
+                        "resuming them (docs/serve.md, Restarts)")
+    p.add_argument("--connect", metavar="FILE",
+                   help="run the jobs' commands on the agents of a running `shoal head` (its "
+                        "connection file), each in a sandbox on its node; --jobs must then be "
+                        "on a file system the agents' nodes share (docs/serve.md)")
     p.add_argument("--certfile", metavar="PEM", help="serve HTTPS with this certificate chain")
     p.add_argument("--keyfile", metavar="PEM", help="... and this private key")
     p.set_defaults(func=main)
@@ -127,11 +134,39 @@ def main(args: argparse.Namespace) -> int:
     if problems:
         return _fail(f"the job sandbox cannot run here: {problems[0]}")
     print(f"shoal serve: sandbox: {sandbox.describe()}", file=sys.stderr)
+    if args.connect:
+        run_job = _connected(args.connect, jobs, data)  # type: ignore[assignment]
+        if run_job is None:
+            return 2
 
     app = create_app(data_dir=data, jobs_dir=jobs, tokens=tokens, limits=limits,
                      run_job=run_job, max_upload=max_upload, max_running=args.max_running,
-                     data_root=sandbox.DATA)
+                     data_root=sandbox.DATA,
+                     # --connect: a killed service's commands may run on the agents until the
+                     # head notices (its heartbeat timeout): its jobs are failed, not resumed
+                     resume=args.resume and not args.connect)
     return asyncio.run(_serve(app, host, int(port_s), ssl_ctx))
+
+
+def _connected(connect: str, jobs: Path, data: Path) -> object | None:
+    """``run_job`` for ``--connect`` after checking every agent (None: a one-line error was
+    printed)."""
+    import functools
+
+    from shoal.service.connect import check_agents, run_job_connected
+
+    if not Path(connect).is_file():
+        _fail(f"--connect {connect}: no such connection file")
+        return None
+    problems, agents = check_agents(str(Path(connect).resolve()), jobs, data)
+    if problems:
+        _fail(f"--connect {connect}: {problems[0]}"
+              + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+        return None
+    print(f"shoal serve: commands run on the runtime at {connect}: "
+          + (f"{len(agents)} agent(s) checked ({', '.join(agents)})" if agents else
+             "no agent yet (jobs wait until one joins)"), file=sys.stderr)
+    return functools.partial(run_job_connected, connect=str(Path(connect).resolve()))
 
 
 async def _serve(app: object, host: str, port: int, ssl_ctx: object) -> int:

@@ -52,6 +52,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.set_defaults(func=main)
 
 
+RATE_RETRIES = 5  # a request over the token's rate (429) is sent again this often
+
+
+class RateLimited(SubmitError):
+    """429: the token's request rate; ``wait``: seconds from Retry-After."""
+
+    def __init__(self, message: str, wait: float) -> None:
+        super().__init__(message)
+        self.wait = wait
+
+
 class Client:
     """A small client of the ``shoal serve`` API."""
 
@@ -65,6 +76,19 @@ class Client:
     def request(self, method: str, path: str, body: Any = None,
                 headers: dict[str, str] | None = None,
                 timeout: float | None = None) -> Any:
+        """One request; over the token's rate (429) it waits Retry-After and sends it again
+        (a streamed body cannot be sent again: then :class:`RateLimited` is raised)."""
+        for _ in range(RATE_RETRIES):
+            try:
+                return self._request(method, path, body, headers, timeout)
+            except RateLimited as exc:
+                if body is not None and not isinstance(body, bytes):
+                    raise
+                time.sleep(exc.wait)
+        return self._request(method, path, body, headers, timeout)
+
+    def _request(self, method: str, path: str, body: Any,
+                 headers: dict[str, str] | None, timeout: float | None) -> Any:
         h = {"Authorization": f"Bearer {self.token}"}
         h.update(headers or {})
         req = urllib.request.Request(self.base + path, data=body, headers=h, method=method)
@@ -75,7 +99,10 @@ class Client:
                 msg = json.loads(exc.read()).get("error")
             except (ValueError, AttributeError, OSError):
                 msg = None
-            raise SubmitError(f"{method} {path}: {exc.code} {msg or exc.reason}")
+            text = f"{method} {path}: {exc.code} {msg or exc.reason}"
+            if exc.code == 429 and (after := exc.headers.get("Retry-After", "")).isdigit():
+                raise RateLimited(text, min(float(after), 60.0))
+            raise SubmitError(text)
         except urllib.error.URLError as exc:
             raise SubmitError(f"cannot reach {self.base}: {exc.reason}")
         except (ConnectionError, OSError) as exc:
@@ -127,9 +154,16 @@ class Client:
                 yield b"\r\n"
             yield tail
 
-        return self.json("POST", "/jobs", body=body(), headers={
-            "Content-Type": f"multipart/form-data; boundary={boundary}",
-            "Content-Length": str(length)}, timeout=3600)
+        for k in range(RATE_RETRIES + 1):
+            try:
+                return self.json("POST", "/jobs", body=body(), headers={
+                    "Content-Type": f"multipart/form-data; boundary={boundary}",
+                    "Content-Length": str(length)}, timeout=3600)
+            except RateLimited as exc:  # over the token's rate: send it all again, later
+                if k == RATE_RETRIES:
+                    raise
+                time.sleep(exc.wait)
+        raise AssertionError("unreachable")
 
     def follow_log(self, job: str, out: Any) -> None:
         """Copy the job's log to ``out`` until the job ends."""

@@ -17,29 +17,18 @@ import concurrent.futures as cf
 import dataclasses
 import itertools
 import math
-import multiprocessing
 import os
-import secrets
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-import zmq
-
 from shoal.client import options as O
 from shoal.client.link import HEARTBEAT_S, TIMEOUT_S, HeadLink
-from shoal.client.progress import MapProgress, progress_delay, progress_setting
 from shoal.client.results import ordered_results, wait_all
-from shoal.client.workerinit import wrapper as init_wrapper
-from shoal.task.codec import EncodeError, Encoder
 from shoal.task.command import Command
-from shoal.task.errors import ExecutorError, HeadLost
-from shoal.task.future import ShoalFuture
-from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
-from shoal.transport.session import PeerSession, secure_client, server_key
 
 if TYPE_CHECKING:
     from shoal.launch.allocation import Allocation
@@ -49,6 +38,33 @@ __all__ = ["AgentInfo", "Executor", "ExecutorError", "HeadLost"]
 
 SCHEDULES = ("dynamic", "static")
 _NO_DEPS: list[int] = []  # shared by every task without dependencies: never mutated
+
+
+
+def _load_client() -> None:
+    """Import what the client needs past its start (ZeroMQ, cloudpickle, the protocol,
+    multiprocessing...): ``Executor()`` calls it once the local runtime is starting, so
+    that the runtime's processes start while the client imports (cold start)."""
+    global zmq, MapProgress, progress_delay, progress_setting, init_wrapper
+    global EncodeError, Encoder, ExecutorError, HeadLost, ShoalFuture, P
+    global PeerSession, secure_client, server_key
+    import zmq
+
+    from shoal.client.progress import MapProgress, progress_delay, progress_setting
+    from shoal.client.workerinit import wrapper as init_wrapper
+    from shoal.task.codec import EncodeError, Encoder
+    from shoal.task.errors import ExecutorError, HeadLost
+    from shoal.task.future import ShoalFuture
+    from shoal.transport import protocol as P
+    from shoal.transport.session import PeerSession, secure_client, server_key
+
+
+def __getattr__(name: str) -> Any:  # the names exported before an Executor loaded them
+    if name in ("ExecutorError", "HeadLost"):
+        _load_client()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _live: weakref.WeakSet[Executor] = weakref.WeakSet()
 _global_shutdown = False  # the interpreter is exiting: no new tasks (see _python_exit)
@@ -217,7 +233,8 @@ class Executor(HeadLink, cf.Executor):
         if min_agents is not None:
             O.count_value(min_agents, "min_agents")
         self._static = schedule == "static"
-        self._progress = progress_setting(progress)
+        if progress is not None and not isinstance(progress, bool):  # progress_setting's check
+            raise ValueError(f"progress must be True, False or None (automatic), not {progress!r}")
         self._cluster = None
         if connect is None:  # the local default, or the whole allocation this runs in
             from shoal.launch.runtime import start_runtime
@@ -231,9 +248,16 @@ class Executor(HeadLink, cf.Executor):
                 worker_env=WorkerEnv.make(prolog, pythonpath, workdir))
             conn = self._cluster.connection
             self._slots = self._cluster.slots
+            try:
+                _load_client()
+            except BaseException:
+                self._cluster.abort()
+                raise
         else:
             conn = Connection.read(connect)
             self._slots = 0
+            _load_client()
+        self._progress = progress_setting(progress)
         self._conn = conn
         self._codec = PeerSession(conn.key)  # its HELLO opens the session (see transport.session)
         self._lock = threading.Lock()
@@ -255,6 +279,9 @@ class Executor(HeadLink, cf.Executor):
         self._broken: str | bool = False  # as ProcessPoolExecutor's: why, once broken
         # the caller's multiprocessing authkey goes only to the workers of a runtime this
         # executor started (Manager proxies connect back with it; see workerinit)
+        import multiprocessing
+        import secrets
+
         self._wrap = init_wrapper(
             initializer, initargs, secrets.token_hex(8),
             bytes(multiprocessing.current_process().authkey) if connect is None else None)

@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import itertools
 import os
+import socket
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-import zmq
-
-from shoal.task.codec import Encoder
-from shoal.task.errors import ExecutorError, HeadLost, InitializerError
-from shoal.task.future import _LOG, ShoalFuture, deliver, wake
-from shoal.transport import protocol as P
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported where used: the client starts its runtime before it loads them
     from collections.abc import Callable
 
+    import zmq
+
+    from shoal.task.codec import Encoder
+    from shoal.task.errors import InitializerError
+    from shoal.task.future import ShoalFuture
     from shoal.transport.connfile import Connection
     from shoal.transport.session import PeerSession
 
@@ -64,6 +63,8 @@ class HeadLink:
     _client_num: int | None
 
     def _request(self, msg: list[Any], timeout: float) -> list[Any]:
+        from shoal.task.errors import ExecutorError
+
         ev = threading.Event()
         box: list[Any] = []
         with self._lock:
@@ -81,6 +82,13 @@ class HeadLink:
 
     # ---- the I/O thread ---------------------------------------------------------------------
     def _io_loop(self) -> None:
+        import zmq
+
+        from shoal.task.codec import Encoder
+        from shoal.task.errors import ExecutorError, HeadLost, InitializerError
+        from shoal.task.future import deliver, wake
+        from shoal.transport import protocol as P
+
         sock, codec, efd = self._sock, self._codec, self._efd
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
@@ -89,7 +97,9 @@ class HeadLink:
         for fd in watch:
             poller.register(fd, zmq.POLLIN)
         send = sock.send_multipart
-        send(codec.encode([P.HELLO, "client", {"pid": os.getpid()}]))
+        # host: a head on the same host watches this pid (killed -> lost at once, not after
+        # its heartbeat timeout), as it does for clients on its ipc endpoint
+        send(codec.encode([P.HELLO, "client", {"pid": os.getpid(), "host": socket.gethostname()}]))
         now = time.monotonic()
         last_heard = last_sent = now
         beat, silence = self._heartbeat_s, self._timeout_s
@@ -211,6 +221,10 @@ class HeadLink:
     def _break(self, exc: InitializerError) -> None:
         """A worker's initializer failed: as ProcessPoolExecutor, fail what is pending and
         refuse new tasks; the head drops this executor's queued tasks (I/O thread)."""
+        from shoal.task.errors import InitializerError
+        from shoal.task.future import _LOG
+        from shoal.transport import protocol as P
+
         cause = exc.__cause__
         _LOG.critical("Exception in initializer:\n%s", cause if cause is not None else exc)
         with self._lock:
@@ -224,6 +238,8 @@ class HeadLink:
                 self._requests.append(([P.CANCEL, None, tids], threading.Event(), []))
 
     def _fail_all(self, exc: BaseException) -> None:
+        from shoal.task.future import wake
+
         with self._lock:
             if self._error is None:
                 self._error = exc

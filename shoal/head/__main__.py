@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
 import sys
 
 from shoal._sys import set_parent_death_signal, stop_on_signals
@@ -15,7 +14,9 @@ from shoal.trace.store import TraceError
 from shoal.transport.connfile import Connection
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, connection: Connection | None = None) -> int:
+    """``connection``: the run's connection, already read (shoal.launch.boot); else the
+    ``--connection`` file is read."""
     ap = argparse.ArgumentParser(prog="python -m shoal.head")
     ap.add_argument("--connection", required=True, help="connection file to read")
     ap.add_argument("--bind", help="endpoint to bind instead of the file's address")
@@ -42,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         set_parent_death_signal()
     try:
         try:
-            head = Head(Connection.read(args.connection), bind=args.bind, prefetch=args.prefetch,
+            if connection is None:
+                connection = Connection.read(args.connection)
+            head = Head(connection, bind=args.bind, prefetch=args.prefetch,
                         owner_pid=args.owner_pid, exit_when_idle=args.exit_when_idle,
                         heartbeat_timeout=args.heartbeat_timeout, crash_limit=args.crash_limit,
                         journal=args.journal, trace=args.trace)
@@ -53,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         head.serve()
     finally:
         if args.remove_dir:
+            import shutil
+
             shutil.rmtree(os.path.dirname(os.path.abspath(args.connection)), ignore_errors=True)
     return 0
 

@@ -148,6 +148,7 @@ class Head:
         self._hostname = socket.gethostname()
         self._later: list[tuple[float, int]] = []  # (due, tid): retries after their backoff
         self.running = True
+        self._asked_shutdown: bytes | None = None  # the client whose SHUTDOWN stops the head
         self.bad_messages = 0
         self._cancels: dict[int, list[Any]] = {}   # key -> [client, req, done, agents, t]
         self._asks: dict[int, list[Any]] = {}      # STATE: key -> [client, req, started, agents]
@@ -321,6 +322,9 @@ class Head:
         elif kind == P.SHUTDOWN:
             log.info("shutdown requested by %r", ident)
             self.running = False
+            # no SHUTDOWN back to it: it closes at once, and a message left for a peer
+            # gone holds the head's exit for the socket's linger (1 s)
+            self._asked_shutdown = ident
         else:
             log.warning("dropped a message of unknown kind %r from %r", kind, ident[:32])
 
@@ -648,7 +652,8 @@ class Head:
 
     def _stop_agents(self) -> None:
         for ident, _peer in list(self.peers.items()):
-            self._send(ident, [P.SHUTDOWN])
+            if ident != self._asked_shutdown:
+                self._send(ident, [P.SHUTDOWN])
         self.peers.clear()
 
     def agents(self) -> list[dict[str, Any]]:

@@ -122,6 +122,7 @@ def build_dag(steps: list[Step], workdir: str) -> Dag:
     has_tree: set[int] = set()
     last_barrier: int | None = None
     since_barrier: list[int] = []
+    gone: dict[str, int] = {}  # path -> the step that last removed it (rm, mv)
     for s in steps:
         sid = s.id
         p = preds[sid]
@@ -137,6 +138,9 @@ def build_dag(steps: list[Step], workdir: str) -> Dag:
                 v = current.get(u.path)
                 if v is None:
                     v = cur(u.path)
+                    gone_by = gone.get(u.path)
+                    if gone_by is not None and gone_by != sid:
+                        p.add(gone_by)  # reads what is left after an earlier rm/mv: nothing
                 v.readers.append(sid)
                 reads.append((k, v))
                 if u.loc is None:
@@ -156,6 +160,7 @@ def build_dag(steps: list[Step], workdir: str) -> Dag:
                     v.deleter = sid
                     step_dels[sid].append((k, v))
                     del current[u.path]
+                    gone[u.path] = sid
         if writes:
             for k, u in enumerate(uses):
                 if u.role == OUT:

@@ -67,6 +67,15 @@ class RunOptions:
     # "cluster" (per node: only intermediates inside one cluster), "auto" (from agents' hosts)
     shm_scope: str = "auto"
     locality: bool = True               # prefer the agent that wrote a cluster's inputs
+    # resumable run (``shoal serve``): a fixed run id names the run directory, so a rerun of
+    # the same plan after a kill finds it; the head's journal (this file) answers the chains
+    # that finished, and a chain cut off midway skips the steps that recorded a status.
+    # Intermediates must outlive the kill: give shm_dir=None (disk scratch in the run dir).
+    run_id: str | None = None
+    journal: str | None = None
+    # an Executor-like object to run on instead of starting one (shoal serve --connect's
+    # runner, shoal.service.proxy); run_plan shuts it down
+    executor: Any = None
 
 
 @dataclass
@@ -86,6 +95,7 @@ class RunReport:
     shm_scope: str = "shared"
     agent_of: dict[int, str | None] = field(default_factory=dict)  # cluster -> agent it ran on
     preferred: dict[int, str] = field(default_factory=dict)   # cluster -> agent it preferred
+    from_journal: int = 0   # resumed run: chains the head answered from the journal
 
 
 class _Layout:
@@ -95,12 +105,18 @@ class _Layout:
                  node_local: dict[int, int] | None = None) -> None:
         """``node_local``: memory scratch is per node; only the groups it lists (scratch group
         -> the one cluster using it) may go there, into a directory of that cluster."""
-        self.run_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.run_id = opts.run_id or f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.resumable = opts.run_id is not None
         base = opts.scratch_dir or workdir
         self.root = os.path.join(base, f".shoal-scratch-{self.run_id}")
         self.disk = os.path.join(self.root, "files")
         for d in ("st", "out", "err", "chains", "files", "done", "started"):
             os.makedirs(os.path.join(self.root, d), exist_ok=True)
+        if self.resumable:  # a chain cut off by a kill must start again (it skips done steps)
+            done = set(os.listdir(os.path.join(self.root, "done")))
+            for c in os.listdir(os.path.join(self.root, "started")):
+                if c not in done:
+                    os.rmdir(os.path.join(self.root, "started", c))
         self.shm: str | None = None
         self.place: dict[int, str] = {}  # scratch group -> directory
         groups = plan.dag.scratch_groups()
@@ -234,11 +250,15 @@ def _chain_script(plan: Plan, cluster: Cluster, lay: _Layout, local_delete: dict
         if skip:
             lines.append(f"{'elif' if lines else 'if'} ! {{ {' && '.join(skip)}; }}; "
                          f"then s{v}={SKIPPED}")
+        if lay.resumable:  # a status recorded before a kill: the step ran, do not rerun it
+            out.append(f'if [ -s "$R/st/{v}" ]; then read -r s{v} <"$R/st/{v}"; else')
         if lines:
             out += lines + [f"else {body}", f"s{v}=$?", "fi"]
         else:
             out.append(f"{body}\ns{v}=$?")
         out.append(f'echo "$s{v}" >"$R/st/{v}"')
+        if lay.resumable:
+            out.append("fi")
         for gid in local_delete.get(v, []):
             out.append(f"rm -f {shlex.quote(lay.scratch_path(plan, gid))}")
     out.append(f': >"$R/done/{cluster.id}"')
@@ -262,6 +282,15 @@ class _Frontier:
         self.err = opts.stderr or sys.stderr
         self.done: set[int] = set()    # steps whose cluster has finished
         self.status: dict[int, str] = {}
+        # resumable: the steps whose output a run before a kill printed already
+        self.printed = 0
+        self.printed_file = os.path.join(lay.root, "printed") if lay.resumable else None
+        if self.printed_file is not None:
+            try:
+                with open(self.printed_file) as f:
+                    self.printed = int(f.read().strip() or 0)
+            except (OSError, ValueError):
+                pass
 
     def advance(self, finished: list[int] | None = None) -> None:
         if finished:
@@ -298,6 +327,14 @@ class _Frontier:
         return SKIPPED if v in self.done else None  # empty: not written yet
 
     def _print(self, v: int) -> None:
+        if v < self.printed:
+            return
+        self._print_files(v)
+        if self.printed_file is not None:
+            with open(self.printed_file, "w") as f:
+                f.write(str(v + 1))
+
+    def _print_files(self, v: int) -> None:
         for kind, stream in (("out", self.out), ("err", self.err)):
             path = os.path.join(self.lay.root, kind, str(v))
             try:
@@ -336,7 +373,8 @@ def run_plan(plan: Plan, workdir: str, opts: RunOptions | None = None) -> RunRep
     if backend == "shoal":
         from shoal import Executor
 
-        ex = Executor(workers=opts.workers, connect=opts.connect)
+        ex = opts.executor or Executor(workers=opts.workers, connect=opts.connect,
+                                       journal=opts.journal)
     try:
         return _run_plan(plan, workdir, opts, t0, backend, ex)
     finally:
@@ -433,7 +471,8 @@ def _run_plan(plan: Plan, workdir: str, opts: RunOptions, t0: float, backend: st
         if ex is not None:
             prefer = _main_producers(plan, cluster_of) if opts.locality and len(agents) > 1 \
                 else {}
-            _run_shoal(ex, plan, scripts, workdir, prefer, progress, set(gated), report)
+            _run_shoal(ex, plan, scripts, workdir, prefer, progress, set(gated), report,
+                       lay.run_id if lay.resumable and opts.journal else None)
         else:
             _run_threads(plan, scripts, workdir, opts, progress, set(gated))
     except KeyboardInterrupt:
@@ -528,13 +567,16 @@ def _main_producers(plan: Plan, cluster_of: dict[int, int]) -> dict[int, int]:
 
 def _run_shoal(ex: Any, plan: Plan, scripts: list[str], workdir: str, prefer: dict[int, int],
                progress: Callable[[int | None], list[int]], gated: set[int],
-               report: RunReport) -> None:
+               report: RunReport, run_id: str | None = None) -> None:
     """Run the chains as command tasks on ``ex``.
 
     A cluster without an entry in ``prefer`` is submitted at once (with ``after=`` the clusters
     it waits for, so the head releases it). One with an entry waits until that producer
     cluster has finished and then goes to the producer's agent (``options(prefer=)``). One in
     ``gated`` waits until ``progress`` releases it (`set -e`: every earlier step succeeded).
+    With ``run_id`` (a resumable run with a journal) each chain's journal key is
+    ``RUN_ID:cCLUSTER``: the same in a killed run and in its resume (which runs the same
+    plan), so the head answers the chains that finished before the kill from its journal.
     """
     from shoal import Command
 
@@ -569,7 +611,9 @@ def _run_shoal(ex: Any, plan: Plan, scripts: list[str], workdir: str, prefer: di
                 where = fut_of[prefer[cid]].agent  # type: ignore[attr-defined]
                 if where is not None:
                     report.preferred[cid] = where
-            if after or where is not None:
+            if run_id is not None:
+                fut = ex.options(after=after, prefer=where, key=f"{run_id}:c{cid}").submit(cmd)
+            elif after or where is not None:
                 fut = ex.options(after=after, prefer=where).submit(cmd)
             else:
                 fut = ex.submit(cmd)
@@ -612,6 +656,8 @@ def _run_shoal(ex: Any, plan: Plan, scripts: list[str], workdir: str, prefer: di
                 if ready(e):
                     submit(e)
             release(opened)
+        if run_id is not None:
+            report.from_journal = int(ex.stats().get("from_journal", 0))
     except KeyboardInterrupt:
         ex.shutdown(wait=False, cancel_futures=True)  # the queued chains, in one request
         for f in fut_of.values():  # and the running ones: Ctrl-C stops them, the exit

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import re
 from collections.abc import Callable
@@ -23,17 +24,19 @@ from .files import BadPath, check_relpath, job_files, listing, open_under
 from .jobs import FINISHED, JobManager, QuotaError, read_progress, valid_id
 from .page import PAGE
 from .store import Job
-from .tokens import Token, Tokens, format_size
+from .tokens import RateLimiter, Token, Tokens, format_size, format_time
 
 API = "/api/v1"
 MAX_SCRIPT = 4 << 20        # a script (or the JSON body that carries one)
 MAX_FIELD = 1 << 20         # any other non-file field
 MAX_PARTS = 1000
+MAX_DRAIN = 4 << 20         # a refused body up to this size is read before a 429 answer
 CHUNK = 1 << 16
 
 TOKEN_KEY = web.AppKey("token", Token)
 JOBS_KEY = web.AppKey("jobs", JobManager)
 CONF_KEY = web.AppKey("conf", dict)
+PAID_KEY = "shoal.rate_paid"  # request: one request spent of its token's rate already
 
 
 def error(status: int, message: str, **headers: str) -> web.Response:
@@ -48,7 +51,7 @@ def _status_error(exc: web.HTTPException) -> web.Response:
     line = text.strip().splitlines()[0] if text.strip() else exc.reason
     line = re.sub(r"^\d{3}:\s*", "", line)
     resp = error(exc.status, line)
-    for k in ("Allow", "WWW-Authenticate"):
+    for k in ("Allow", "WWW-Authenticate", "Retry-After"):
         if k in exc.headers:
             resp.headers[k] = exc.headers[k]
     return resp
@@ -58,6 +61,12 @@ def _status_error(exc: web.HTTPException) -> web.Response:
 async def errors_and_auth(request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
     """Token check for /api/ and JSON errors for everything (aiohttp's own 404/405 too)."""
     resp = await _guarded(request, handler)
+    length = request.content_length  # (a body without a length is not read: it may be huge)
+    if resp.status == 429 and not resp.prepared and length is not None and length <= MAX_DRAIN:
+        # "try again later" of a small body: read it, so that a client that sends its whole
+        # body before reading the answer (urllib, http.client) gets the 429, not a reset
+        while await request.content.read(CHUNK):
+            pass
     if resp.status >= 400 and not resp.prepared and not request.content.is_eof():
         # refused with body unread (too large, bad token, ...): answer, then close at once
         # instead of reading and discarding the rest of an upload
@@ -102,7 +111,27 @@ def authenticate(request: web.Request) -> Token | web.Response:
     tok = tokens.check(value.strip())
     if tok is None:
         return error(401, "unknown token", **{"WWW-Authenticate": 'Bearer error="invalid_token"'})
-    return tok
+    if tok.expired():
+        assert tok.expires is not None
+        return error(401, f"token '{tok.name}' expired at {format_time(tok.expires)}: ask the "
+                          "service's operator for a new one",
+                     **{"WWW-Authenticate": 'Bearer error="invalid_token", '
+                                            'error_description="expired"'})
+    return rate_limited(request, tok) or tok
+
+
+def rate_limited(request: web.Request, tok: Token) -> web.Response | None:
+    """429 with ``Retry-After`` when the token's bucket is empty (one request is spent
+    otherwise)."""
+    if request.get(PAID_KEY):  # its `Expect: 100-continue` was counted already
+        return None
+    wait = request.app[CONF_KEY]["limiter"].take(tok)
+    if not wait:
+        request[PAID_KEY] = True
+        return None
+    return error(429, f"rate limit: token '{tok.name}' may make {tok.rate:g} requests a second "
+                      f"(burst {tok.burst}); retry in {wait:.2f} s",
+                 **{"Retry-After": str(max(1, math.ceil(wait)))})
 
 
 async def expect_continue(request: web.Request) -> web.StreamResponse | None:
@@ -177,7 +206,9 @@ async def info(request: web.Request) -> web.Response:
         "limits": {k: getattr(lim, k) for k in ("cpu_s", "memory_bytes", "nprocs", "wall_s",
                                                  "output_bytes", "workers")},
         "quota": {"max_jobs": tok.max_jobs, "active_jobs": store.count_active(tok.name),
-                  "max_output": tok.max_output, "output_bytes": store.output_total(tok.name)},
+                  "max_output": tok.max_output, "output_bytes": store.output_total(tok.name),
+                  "rate": tok.rate, "burst": tok.burst if tok.rate else None,
+                  "expires": format_time(tok.expires) if tok.expires else None},
     })
 
 
@@ -501,15 +532,15 @@ async def job_archive(request: web.Request) -> web.StreamResponse:
 
 def create_app(*, data_dir: Path, jobs_dir: Path, tokens: Tokens, limits: Any,
                run_job: Callable[..., Any], max_upload: int = 256 << 20, max_running: int = 2,
-               data_root: str = "/data") -> web.Application:
+               data_root: str = "/data", resume: bool = False) -> web.Application:
     """The service: ``run_job`` runs one job (``shoal.service.sandbox.run_job``); scripts see
-    the data directory at ``data_root``."""
+    the data directory at ``data_root``; ``resume``: jobs cut off by a restart go on."""
     app = web.Application(middlewares=[errors_and_auth], client_max_size=MAX_SCRIPT)
-    jm = JobManager(jobs_dir, data_dir, limits, run_job, max_running=max_running)
+    jm = JobManager(jobs_dir, data_dir, limits, run_job, max_running=max_running, resume=resume)
     jm.output_quota.update({t.name: t.max_output for t in tokens.tokens})
     app[JOBS_KEY] = jm
     app[CONF_KEY] = {"tokens": tokens, "data_dir": data_dir, "max_upload": max_upload,
-                     "limits": limits, "data_root": data_root}
+                     "limits": limits, "data_root": data_root, "limiter": RateLimiter()}
     r = app.router
     r.add_get("/", page)
     r.add_get(f"{API}/info", info)

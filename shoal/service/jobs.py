@@ -3,6 +3,11 @@
 A job runs in a thread that calls :func:`shoal.service.sandbox.run_job`, which blocks until
 the job ends or its cancel event is set. At most ``max_running`` jobs run at once (the
 others wait in submission order); each token may have ``max_jobs`` queued or running.
+
+With ``resume`` (the default of ``shoal serve``) jobs run resumable (``run_job(...,
+resumable=True)``): a job that was running when the service died, or stopped, is queued
+again at the next start and goes on from where it was, without running its finished
+commands again (docs/serve.md, "Restarts").
 """
 
 from __future__ import annotations
@@ -107,11 +112,12 @@ class JobManager:
     """Owns the job store, the job directories and the threads that run jobs."""
 
     def __init__(self, jobs_dir: Path, data_dir: Path, limits: Any, run_job: RunJob,
-                 max_running: int = 2) -> None:
+                 max_running: int = 2, resume: bool = False) -> None:
         self.jobs_dir = jobs_dir
         self.data_dir = data_dir
         self.limits = limits
         self.run_job = run_job
+        self.resume = resume
         jobs_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(jobs_dir, 0o700)  # jobs see only their own work/ (bound into the sandbox)
         self.store = Store(jobs_dir)
@@ -122,7 +128,9 @@ class JobManager:
         self._stopping = False
         # token name -> max_output (bytes): a job may write at most what its token has left
         self.output_quota: dict[str, int] = {}
-        self.recovered_failed, queued = self.store.recover()
+        self.recovered_failed, self.resumed, queued = self.store.recover(resume)
+        for job_id in self.recovered_failed:  # nothing will resume them
+            self._drop_resume_state(job_id)
         for job_id in queued:
             self._start(job_id)
 
@@ -135,6 +143,26 @@ class JobManager:
 
     def log_path(self, job_id: str) -> Path:
         return self.jobs_dir / job_id / "log"
+
+    def _drop_resume_state(self, job_id: str) -> None:
+        """Remove what a resumable job kept to resume (plan, journal, run directory)."""
+        state = self.job_dir(job_id) / "state"
+        if state.exists():
+            _rmtree(state)
+        try:
+            with os.scandir(self.work_dir(job_id)) as it:
+                for e in it:
+                    if e.name.startswith(".shoal-scratch-") and e.is_dir(follow_symlinks=False):
+                        _rmtree(Path(e.path))
+        except OSError:
+            pass
+
+    def _log(self, job_id: str, line: str) -> None:
+        try:
+            with open(self.log_path(job_id), "ab") as f:
+                f.write(f"[shoal serve] {line}\n".encode())
+        except OSError:
+            pass
 
     # -- submission -------------------------------------------------------------------------
     def reserve(self, token: Token) -> str:
@@ -190,13 +218,21 @@ class JobManager:
                     return
                 self.store.update(job_id, state=RUNNING, started=time.time())
             limits = self._limits_for(job, self.output_quota.get(job.owner))
+            if job.resumes:
+                self._log(job_id, f"the service restarted: resuming the job (restart "
+                                  f"{job.resumes}); finished commands are not run again")
+            extra = {"resumable": True} if self.resume else {}
             try:
                 res = self.run_job(self.job_dir(job_id) / "script.sh", job.args,
                                    job_dir=self.job_dir(job_id), data_dir=self.data_dir,
-                                   limits=limits, log=self.log_path(job_id), cancel=cancel)
+                                   limits=limits, log=self.log_path(job_id), cancel=cancel,
+                                   **extra)
                 rc, reason = int(res.returncode), res.reason
             except Exception as exc:  # the job fails; the service goes on
                 rc, reason = -1, f"internal error: {type(exc).__name__}: {exc}"
+            if self._stopping and self.resume:  # stays running: the next start resumes it
+                self._log(job_id, "the service is stopping: the job resumes at its next start")
+                return
             if self._stopping:
                 state, reason = FAILED, "the service stopped while the job ran"
             elif cancel.is_set():
@@ -207,15 +243,12 @@ class JobManager:
                 state = FAILED
                 if reason is None:
                     reason = f"the script exited with status {rc}"
+            if self.resume:
+                self._drop_resume_state(job_id)
             size = tree_size(self.work_dir(job_id))
             self.store.update(job_id, state=state, finished=time.time(), returncode=rc,
                               reason=reason, output_bytes=size)
-            try:
-                with open(self.log_path(job_id), "ab") as f:
-                    f.write(f"[shoal serve] job {state}"
-                            f"{': ' + reason if reason else ''}\n".encode())
-            except OSError:
-                pass
+            self._log(job_id, f"job {state}{': ' + reason if reason else ''}")
         finally:
             self._done[job_id].set()
 
@@ -232,6 +265,8 @@ class JobManager:
                 if cur is not None and cur.state == QUEUED:
                     self.store.update(job.id, state=CANCELLED, finished=time.time(),
                                       reason="cancelled before it started")
+                    if self.resume and cur.resumes:  # kept by the run a restart cut off
+                        self._drop_resume_state(job.id)
                     done = self._done.get(job.id)
                     if done is not None:
                         done.set()
@@ -255,9 +290,9 @@ class JobManager:
         return True
 
     def shutdown(self) -> None:
-        """Stop: cancel running jobs (they are marked failed on the next start if the
-        process dies first) and wait for their threads. Queued jobs stay queued: the next
-        start runs them."""
+        """Stop: stop running jobs and wait for their threads (with ``resume`` they stay
+        running in the store and the next start resumes them; else they are marked failed).
+        Queued jobs stay queued: the next start runs them."""
         self._stopping = True
         for ev in list(self._cancel.values()):
             ev.set()

@@ -33,12 +33,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from .sandbox_host import Host, JobCgroups, host, reprobe
 
 DATA = "/data"           # where the data directory appears inside the sandbox
 WORK = "/work"           # the job's working tree (its outputs), job_dir/work outside
 SCRIPT = "/job/script"   # the script, read-only
+STATE = "/job/state"     # a resumable job's plan and journal (job_dir/state), see run_job
 SHOAL = "/opt/shoal"     # PYTHONPATH: the shoal package that runs the job, read-only
 ENTRY_MIN = 4096         # every file counts at least this much against the output limit
 _ETC = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime",
@@ -72,6 +74,21 @@ class JobResult:
 
 class SandboxError(RuntimeError):
     """The sandbox cannot run here (bubblewrap missing, ...)."""
+
+
+class Companion(Protocol):
+    """Works for a job outside its sandbox while it runs (``shoal serve --connect``: the
+    bridge that runs the job's commands on a runtime's agents, ``connect.py``)."""
+
+    child_fds: list[int]  # passed into the sandbox, closed here once it started
+
+    def reason(self) -> str | None:
+        """Why the job must stop now (a limit seen outside), or None; polled every 50 ms."""
+        ...
+
+    def finish(self) -> None:
+        """The sandbox is gone: stop and clean up what runs elsewhere for the job."""
+        ...
 
 
 def check() -> list[str]:
@@ -132,23 +149,31 @@ def _secs(s: float) -> str:
 
 
 def run_job(script: Path, args: list[str], *, job_dir: Path, data_dir: Path, limits: Limits,
-            log: Path, cancel: threading.Event | None = None) -> JobResult:
+            log: Path, cancel: threading.Event | None = None,
+            resumable: bool = False) -> JobResult:
     """Compile ``script`` in strict mode and run it with ``args`` in a sandbox.
 
     The job works in ``job_dir/work`` (made if missing; its outputs stay there) and sees
     ``data_dir`` read-only at ``/data``. Its output, the runner's progress lines and the
     sandbox's own lines are appended to ``log``. Setting ``cancel`` stops it at once.
+
+    ``resumable``: the runner keeps the compiled plan and the head's journal in
+    ``job_dir/state`` (``/job/state`` inside, out of the commands' reach: strict mode lets a
+    command change nothing outside ``/work``) and its run directory in ``work``; a later call
+    for the same job (after the service was killed) runs the same plan again and skips the
+    commands that finished. A stopped resumable job keeps that run directory: the caller
+    removes it (``JobManager`` does, when the job ends for good).
     """
     if not Path(script).is_file():
         return JobResult(125, f"sandbox: script {str(script)!r} not found")
 
     def argv(status_fd: int) -> list[str]:
         return [_python(), "-s", "-m", "shoal.service.sandbox_job", "--status-fd",
-                str(status_fd), "--workers", str(limits.workers), "--name", script.name, SCRIPT,
-                "--", *args]
+                str(status_fd), "--workers", str(limits.workers), "--name", script.name,
+                *(["--state", STATE] if resumable else []), SCRIPT, "--", *args]
 
     return _run(argv, job_dir=job_dir, data_dir=data_dir, limits=limits, log=log,
-                cancel=cancel, script=script)
+                cancel=cancel, script=script, resumable=resumable)
 
 
 def run_sandboxed(argv: list[str], *, job_dir: Path, data_dir: Path, limits: Limits,
@@ -208,6 +233,12 @@ def _python_binds() -> list[tuple[str, str]]:
     out.append((pkg, f"{SHOAL}/shoal"))
     sites = [d for d in site.getsitepackages() if os.path.isdir(d)
              and not os.path.realpath(d).startswith(base + "/")]
+    # package directories on PYTHONPATH too (an interpreter run with another one's packages)
+    for d in sys.path:
+        if os.path.basename(d) in ("site-packages", "dist-packages") and os.path.isdir(d) \
+                and not os.path.realpath(d).startswith(base + "/") \
+                and all(os.path.realpath(d) != os.path.realpath(e) for e in sites):
+            sites.append(d)
     for i, d in enumerate(sites):
         out.append((d, f"{SHOAL}/site{i}"))
     return out
@@ -218,10 +249,17 @@ def _pythonpath(binds: list[tuple[str, str]]) -> str:
 
 
 def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: Path | None,
-                fds: list[int], info_fd: int | None = None) -> list[str]:
+                fds: list[int], info_fd: int | None = None, chdir: str = WORK,
+                python: bool = True, state: bool = False) -> list[str]:
+    """bubblewrap's arguments for a job's sandbox (``python``: bind the interpreter and shoal,
+    which the job's runner needs; a single command of a ``--connect`` job does not;
+    ``state``: bind ``job_dir/state`` at /job/state, a resumable runner's)."""
     a = [h.bwrap or "bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net",
          "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
          "--die-with-parent", "--new-session", "--clearenv"]
+    if h.rootless:  # not root: a user namespace of its own; none nested inside (bwrap >= 0.8;
+        # seccomp refuses unshare and clone(CLONE_NEWUSER) anyway)
+        a[1:1] = ["--unshare-user"] + (["--disable-userns"] if h.disable_userns else [])
     for top in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         src = "/" + top
         if os.path.islink(src):
@@ -259,28 +297,37 @@ def _bwrap_args(h: Host, job_dir: Path, data_dir: Path, limits: Limits, script: 
     a += ["--proc", "/proc", "--dev", "/dev",
           "--perms", "1777", "--size", str(shm), "--tmpfs", "/tmp",
           "--perms", "1777", "--size", str(shm), "--tmpfs", "/dev/shm"]
-    binds = _python_binds()
+    binds = _python_binds() if python else []
     for src, dst in binds:
         a += parents(dst) + ["--ro-bind", src, dst]
     a += ["--ro-bind", str(data_dir), DATA,
           "--bind", str(job_dir / "work"), WORK]
     if script is not None:
         a += parents(SCRIPT) + ["--ro-bind", str(script), SCRIPT]
+    if state:
+        a += parents(STATE) + ["--bind", str(job_dir / "state"), STATE]
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK, "TMPDIR": "/tmp",
-           "LANG": "C.UTF-8", "USER": h.user, "LOGNAME": h.user, "PYTHONPATH": _pythonpath(binds),
+           "LANG": "C.UTF-8", "USER": h.user, "LOGNAME": h.user,
            # no user site (HOME is the job's tree), no cwd on sys.path: files the job writes
            # never become modules of the runtime's later processes
            "PYTHONNOUSERSITE": "1", "PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1",
            "SHOAL_SANDBOX": "1"}
+    if python:
+        env["PYTHONPATH"] = _pythonpath(binds)
     for k, v in env.items():
         a += ["--setenv", k, v]
-    a += ["--chdir", WORK]
+    a += ["--chdir", chdir]
     if info_fd is not None:
         a += ["--info-fd", str(info_fd)]
     if h.seccomp:
         fd = _memfd("seccomp", h.seccomp)
         fds.append(fd)
         a += ["--seccomp", str(fd)]
+    if h.rootless:
+        # bwrap leaves no capabilities (bounding set empty) and sets no_new_privs; the
+        # process limit is set inside, where it counts this job's processes only (the user
+        # namespace's own count), not all of the service user's
+        return a + ["--", h.prlimit or "prlimit", f"--nproc={limits.nprocs}", "--"]
     # bwrap runs as root (it may bind anything and needs no user namespace); setpriv then
     # drops to the job user with no capabilities, none to regain (bounding set empty)
     a += ["--", h.setpriv or "setpriv", f"--reuid={h.uid}", f"--regid={h.gid}",
@@ -368,7 +415,8 @@ def _validate(limits: Limits) -> None:
 
 
 def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, limits: Limits,
-         log: Path, cancel: threading.Event | None, script: Path | None) -> JobResult:
+         log: Path, cancel: threading.Event | None, script: Path | None,
+         companion: Companion | None = None, resumable: bool = False) -> JobResult:
     _validate(limits)
     h = host()
     problems = h.problems()
@@ -382,8 +430,11 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
     if bad:
         return JobResult(125, f"sandbox: {bad}")
     _prepare_work(work, h)
+    if resumable:  # the job user's, outside work (not counted as output, not in archives)
+        (job_dir / "state").mkdir(mode=0o700, exist_ok=True)
+        _prepare_work(job_dir / "state", h)
     log.parent.mkdir(parents=True, exist_ok=True)
-    fds: list[int] = []
+    fds: list[int] = list(companion.child_fds) if companion is not None else []
     cg: JobCgroups | None = None
     try:
         try:
@@ -401,7 +452,8 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
         info_r, info_w = os.pipe()
         fds.append(info_w)
         try:
-            bw = _bwrap_args(h, job_dir, data_dir, limits, script, fds, info_w)
+            bw = _bwrap_args(h, job_dir, data_dir, limits, script, fds, info_w,
+                             state=resumable)
         except SandboxError as exc:
             os.close(info_r)
             return JobResult(125, f"sandbox: {exc}")
@@ -409,7 +461,7 @@ def _run(argv: Callable[[int], list[str]], *, job_dir: Path, data_dir: Path, lim
         status_r, status_w = os.pipe()
         fds.append(status_w)
         return _supervise(h, cg, bw + argv(status_w), fds, status_r, info_r, job_dir, limits,
-                          log, cancel, script is not None)
+                          log, cancel, script is not None, companion, resumable)
     finally:
         for fd in fds:
             try:
@@ -427,7 +479,8 @@ def _rlimits(h: Host, cg: JobCgroups | None, limits: Limits) -> list[str]:
     # SIGXCPU at the soft limit (the reason can be told from it), SIGKILL 2 s later
     out = [h.prlimit or "prlimit", f"--cpu={cpu}:{cpu + 2}", f"--fsize={limits.output_bytes}",
            "--core=0"]
-    if cg is None or not (cg.v1.get("pids") or (cg.v2 and "pids" in h.v2_controllers)):
+    if (cg is None or not (cg.v1.get("pids") or (cg.v2 and "pids" in h.v2_controllers))) \
+            and not h.rootless:  # rootless: inside the sandbox (see _bwrap_args)
         out.append(f"--nproc={limits.nprocs}")
     if cg is None or not (cg.v1.get("memory") or (cg.v2 and "memory" in h.v2_controllers)):
         out.append(f"--as={limits.memory_bytes}")
@@ -444,7 +497,8 @@ _JOIN = ('[ "$PPID" = "$1" ] || exit 125; shift; '
 
 def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], status_r: int,
                info_r: int, job_dir: Path, limits: Limits, log: Path,
-               cancel: threading.Event | None, script_job: bool) -> JobResult:
+               cancel: threading.Event | None, script_job: bool,
+               companion: Companion | None = None, resumable: bool = False) -> JobResult:
     work = job_dir / "work"
     join = [h.setpriv or "setpriv", "--pdeathsig", "KILL", "--", "/bin/sh", "-c", _JOIN, "sh",
             str(os.getpid()), *(cg.procs_files() if cg else []), "--"]
@@ -461,6 +515,8 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], s
         os.close(out_w)
         os.close(status_r)
         os.close(info_r)
+        if companion is not None:
+            companion.finish()
         return JobResult(125, f"sandbox: cannot start: {exc}")
     os.close(out_w)
     for fd in fds:  # the child holds them now (the status pipe's end must close here)
@@ -493,6 +549,8 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], s
             reason = f"process limit {limits.nprocs} reached"
         elif pump.over:
             reason = f"output limit {_size(limits.output_bytes)} exceeded (log)"
+        elif companion is not None and (far := companion.reason()) is not None:
+            reason = far
         elif now >= next_du:
             t = time.monotonic()
             used = _usage(work) + pump.written
@@ -506,8 +564,12 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], s
             break
     rc = proc.wait()
     _reap(cg, init)
+    if companion is not None:  # what ran elsewhere for the job stops too
+        companion.finish()
     pump.join(timeout=5)
     st = _read_status(status_r)
+    if reason is None and companion is not None:
+        reason = companion.reason()
     if reason is None:
         # after the end: what the kernel enforced on its own
         if cg is not None and cg.oom_kills():
@@ -531,7 +593,8 @@ def _supervise(h: Host, cg: JobCgroups | None, cmd: list[str], fds: list[int], s
         code = 125
     else:  # stopped: a limit or cancel (the runner could not remove its scratch tree)
         code = 137
-        _cleanup_scratch(work)
+        if not resumable:  # else the caller decides: resumed later, or removed (JobManager)
+            _cleanup_scratch(work)
     _note(log, f"end: exit status {code}" + (f"; {reason}" if reason else "")
           + f" ({time.monotonic() - t0:.1f} s)")
     return JobResult(code, reason)

@@ -43,6 +43,10 @@ class Host:
     v1: dict[str, str] = field(default_factory=dict)       # controller -> parent directory
     seccomp: bytes | None = None
     notes: list[str] = field(default_factory=list)
+    # not root: jobs run as our own uid in a user namespace of their own (bwrap
+    # --unshare-user), with rlimits only (docs/serve.md, "Running as a user")
+    rootless: bool = False
+    disable_userns: bool = False  # bwrap has --disable-userns (0.8 and later)
 
     def problems(self) -> list[str]:
         """What prevents running any job here (empty: jobs can run)."""
@@ -54,8 +58,9 @@ class Host:
         if self.setpriv is None:
             out.append("setpriv not found (Debian: apt-get install util-linux)")
         if not self.root:
-            out.append("the sandbox needs root: it starts each job as the unprivileged user "
-                       f"{JOB_USER}, with its own control groups")
+            why = _userns_unavailable()
+            if why:
+                out.append(f"the sandbox needs root, or unprivileged user namespaces ({why})")
         return out
 
     @property
@@ -81,7 +86,9 @@ class Host:
 
     def describe(self) -> str:
         """One line: which mechanism does what (for logs and ``docs/sandbox.md``)."""
-        return (f"bwrap {self.bwrap or 'missing'}; job user {self.user} ({self.uid}); "
+        who = (f"job user: the service's own uid {self.uid} in a user namespace per job"
+               if self.rootless else f"job user {self.user} ({self.uid})")
+        return (f"bwrap {self.bwrap or 'missing'}; {who}; "
                 f"memory: {self.memory}; processes: {self.pids}; CPU: {self.cpu}; "
                 f"kill: {'cgroup.kill + ' if self.v2 else ''}pid namespace; "
                 f"seccomp: {'on' if self.seccomp else 'off'}")
@@ -120,7 +127,14 @@ def _probe(cgroups: bool = True) -> Host:
     h = Host(bwrap=shutil.which("bwrap"), setpriv=shutil.which("setpriv"),
              prlimit=shutil.which("prlimit"), root=root, uid=uid, gid=gid, user=user,
              seccomp=seccomp_program())
-    if user == "nobody":
+    if not root:  # no other user to switch to: our own, in a user namespace per job
+        h.rootless = True
+        h.disable_userns = _bwrap_has(h.bwrap, "--disable-userns")
+        h.uid, h.gid = os.getuid(), os.getgid()
+        h.user = JOB_USER  # its name inside the sandbox
+        h.notes.append("not root: each job runs as this user in its own user namespace; "
+                       "limits are rlimits (no control groups)")
+    elif user == "nobody":
         h.notes.append(f"no user {JOB_USER} (scripts/setup.sh makes it): jobs run as nobody")
     if h.seccomp is None:
         h.notes.append("no seccomp filter for this architecture")
@@ -129,6 +143,33 @@ def _probe(cgroups: bool = True) -> Host:
     if h.v2 is None and not h.v1:
         h.notes.append("no writable cgroup hierarchy: limits are per-process rlimits")
     return h
+
+
+def _bwrap_has(bwrap: str | None, option: str) -> bool:
+    """Whether this bubblewrap knows ``option`` (from its --help)."""
+    if bwrap is None:
+        return False
+    import subprocess
+
+    try:
+        r = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return option in r.stdout + r.stderr
+
+
+def _userns_unavailable() -> str | None:
+    """Why this kernel refuses unprivileged user namespaces (None: it may allow them; the
+    service's start-up check starts one sandbox to be sure)."""
+    for path, bad in (("/proc/sys/kernel/unprivileged_userns_clone", "0"),
+                      ("/proc/sys/user/max_user_namespaces", "0")):
+        try:
+            with open(path) as f:
+                if f.read().strip() == bad:
+                    return f"{path} is {bad}"
+        except OSError:
+            continue
+    return None
 
 
 def _own_cgroups() -> dict[str, str]:
@@ -269,9 +310,14 @@ def _mkdir_below(parent: str, d: str) -> None:
 class JobCgroups:
     """One job's control groups (whichever of v2 and v1 this machine allows)."""
 
-    def __init__(self, h: Host, memory_bytes: int, nprocs: int) -> None:
+    def __init__(self, h: Host, memory_bytes: int, nprocs: int, tag: str = "") -> None:
+        """``tag`` (letters and digits) ends the groups' names, so that
+        :func:`kill_tagged` finds every group of one job on this node."""
         self.host = h
-        self.name = f"job-{os.getpid()}-{next(_counter)}-{secrets.token_hex(3)}"
+        if tag and not tag.isalnum():
+            raise ValueError(f"cgroup tag {tag!r}: letters and digits only")
+        self.name = (f"job-{os.getpid()}-{next(_counter)}-{secrets.token_hex(3)}"
+                     + (f"-{tag}" if tag else ""))
         self.v2: str | None = None
         self.v1: dict[str, str] = {}
         try:
@@ -400,3 +446,49 @@ class JobCgroups:
             except OSError:
                 pass
         return ok
+
+
+def kill_tagged(h: Host, tag: str, timeout: float = 5.0) -> int:
+    """Kill every process in this node's job groups whose name ends with ``-TAG`` (the
+    commands of one job, ``shoal serve --connect``), and remove the groups whose owner is
+    gone. Returns how many processes were found in them."""
+    if not tag or not tag.isalnum():
+        raise ValueError(f"cgroup tag {tag!r}: letters and digits only")
+    groups = []
+    for parent in ([h.v2] if h.v2 else []) + list(h.v1.values()):
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            continue
+        groups += [os.path.join(parent, n) for n in names
+                   if n.startswith("job-") and n.endswith(f"-{tag}")]
+    found: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while groups and time.monotonic() < deadline:
+        left = []
+        for d in groups:
+            pids = {int(p) for p in JobCgroups._read(os.path.join(d, "cgroup.procs")).split()}
+            found |= pids
+            if pids:
+                try:
+                    with open(os.path.join(d, "cgroup.kill"), "w") as f:
+                        f.write("1")
+                except OSError:
+                    pass
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                left.append(d)
+            elif not _alive_owner(os.path.basename(d)):
+                try:
+                    os.rmdir(d)
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    left.append(d)
+        groups = left
+        if groups:
+            time.sleep(0.02)
+    return len(found)

@@ -4,7 +4,9 @@ Each job also has a directory ``JOBS/<id>/`` (``script.sh``, ``log``, ``work/`` 
 inputs and outputs). The table is the truth about a job's state; it is written on every
 change (WAL, synchronous=NORMAL: a committed change survives a killed service), so a restarted
 service knows every finished job and its outputs. Jobs that were running when the service died
-are marked failed with a reason; jobs that were queued are queued again (:meth:`recover`).
+are queued again to resume (``resumes`` counts how often; past :data:`MAX_RESUMES`, or when
+the service runs without resuming, they are marked failed with a reason); jobs that were
+queued are queued again (:meth:`recover`).
 """
 
 from __future__ import annotations
@@ -34,12 +36,14 @@ CREATE TABLE IF NOT EXISTS jobs (
     returncode INTEGER,
     reason TEXT,
     inputs TEXT NOT NULL DEFAULT '[]',
-    output_bytes INTEGER NOT NULL DEFAULT 0
+    output_bytes INTEGER NOT NULL DEFAULT 0,
+    resumes INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_owner ON jobs(owner, created);
 """
 
 RESTART_REASON = "the service stopped while the job ran (it was not resumed)"
+MAX_RESUMES = 3  # a job found running at a restart after this many resumes is failed instead
 
 
 @dataclass
@@ -58,17 +62,19 @@ class Job:
     reason: str | None = None
     inputs: list[str] | None = None
     output_bytes: int = 0
+    resumes: int = 0
 
     def public(self) -> dict[str, object]:
         """The fields a client sees (not the owner)."""
         return {"id": self.id, "script": self.script, "args": self.args, "state": self.state,
                 "created": self.created, "started": self.started, "finished": self.finished,
                 "returncode": self.returncode, "reason": self.reason,
-                "inputs": self.inputs or [], "output_bytes": self.output_bytes}
+                "inputs": self.inputs or [], "output_bytes": self.output_bytes,
+                "resumes": self.resumes}
 
 
 _COLS = ("id", "owner", "script", "args", "state", "created", "started", "finished",
-         "returncode", "reason", "inputs", "output_bytes")
+         "returncode", "reason", "inputs", "output_bytes", "resumes")
 
 
 def _row(r: sqlite3.Row | tuple) -> Job:  # type: ignore[type-arg]
@@ -88,6 +94,9 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        cols = {r[1] for r in self._db.execute("PRAGMA table_info(jobs)")}
+        if "resumes" not in cols:  # a store written before resuming existed
+            self._db.execute("ALTER TABLE jobs ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0")
 
     def close(self) -> None:
         with self._lock:
@@ -99,7 +108,7 @@ class Store:
                 f"INSERT INTO jobs ({', '.join(_COLS)}) VALUES ({', '.join('?' * len(_COLS))})",
                 (job.id, job.owner, job.script, json.dumps(job.args), job.state, job.created,
                  job.started, job.finished, job.returncode, job.reason,
-                 json.dumps(job.inputs or []), job.output_bytes))
+                 json.dumps(job.inputs or []), job.output_bytes, job.resumes))
 
     def get(self, job_id: str, owner: str | None = None) -> Job | None:
         """The job, or None (also when ``owner`` is given and is not the job's)."""
@@ -149,15 +158,31 @@ class Store:
                 "SELECT COALESCE(SUM(output_bytes), 0) FROM jobs WHERE owner = ?",
                 (owner,)).fetchone()[0])
 
-    def recover(self) -> tuple[list[str], list[str]]:
-        """After a restart: running jobs -> failed (with :data:`RESTART_REASON`); returns
-        (failed ids, queued ids to start again)."""
+    def recover(self, resume: bool = False) -> tuple[list[str], list[str], list[str]]:
+        """After a restart: running jobs are queued again with ``resumes`` + 1 when ``resume``
+        and they have resumed fewer than :data:`MAX_RESUMES` times, else marked failed (with
+        :data:`RESTART_REASON`, or a reason naming the restarts). Returns (failed ids,
+        resumed ids, queued ids to start, resumed first, then by submission)."""
         now = time.time()
         with self._lock:
-            failed = [r[0] for r in self._db.execute(
-                "SELECT id FROM jobs WHERE state = ?", (RUNNING,)).fetchall()]
-            self._db.execute("UPDATE jobs SET state = ?, finished = ?, reason = ? "
-                             "WHERE state = ?", (FAILED, now, RESTART_REASON, RUNNING))
+            running = self._db.execute("SELECT id, resumes FROM jobs WHERE state = ? "
+                                       "ORDER BY created", (RUNNING,)).fetchall()
+            failed, resumed = [], []
+            with self._db:  # one transaction (rolled back on an error)
+                self._db.execute("BEGIN")
+                for job_id, n in running:
+                    if resume and n < MAX_RESUMES:
+                        resumed.append(job_id)
+                        self._db.execute("UPDATE jobs SET state = ?, resumes = ? WHERE id = ?",
+                                         (QUEUED, n + 1, job_id))
+                    else:
+                        failed.append(job_id)
+                        why = RESTART_REASON if not resume else (
+                            f"the service stopped while the job ran, {n + 1} times (resumed "
+                            f"at most {MAX_RESUMES} times)")
+                        self._db.execute("UPDATE jobs SET state = ?, finished = ?, reason = ? "
+                                         "WHERE id = ?", (FAILED, now, why, job_id))
             queued = [r[0] for r in self._db.execute(
                 "SELECT id FROM jobs WHERE state = ? ORDER BY created", (QUEUED,)).fetchall()]
-        return failed, queued
+        first = set(resumed)
+        return failed, resumed, resumed + [j for j in queued if j not in first]

@@ -6,6 +6,11 @@ The tokens file is TOML, one table per user::
     sha256 = "9f86d081884c7d65..."   # hex SHA-256 of the token (preferred: the file holds no secret)
     max_jobs = 2                     # queued + running jobs at once (default 4)
     max_output = "20G"               # bytes kept in this token's job directories (default 10G)
+    rate = "10/s"                    # API requests: 10 a second on average (also "600/min",
+                                     # "36000/h" or a number per second; default: no limit)
+    burst = 20                       # ... and up to 20 at once (default: one second's worth)
+    expires = 2027-01-31T00:00:00Z   # a TOML date-time (UTC unless it says) or a date (its
+                                     # start, UTC); from then on the token gets 401
 
     [tokens.ci]
     token = "a-long-random-string"   # the token itself; then the file must not be readable by others
@@ -13,18 +18,28 @@ The tokens file is TOML, one table per user::
 ``shoal serve --new-token NAME`` prints a fresh token and the table to paste. A request names its
 token in ``Authorization: Bearer TOKEN``; it is compared in constant time against every known
 token's digest, so the answer time says nothing about which token came close.
+
+Rates are token buckets (:class:`RateLimiter`): each token's bucket holds ``burst`` requests
+and refills at ``rate``; a request that finds it empty gets 429 with ``Retry-After``. A
+``[defaults]`` table gives any of ``max_jobs``, ``max_output``, ``rate`` and ``burst`` to every
+token that does not set its own.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import hmac
+import math
 import os
 import re
 import secrets
 import stat
 import sys
+import threading
+import time
 from dataclasses import dataclass
+from typing import Any
 
 from shoal.agent.limits import parse_size as _parse_size
 
@@ -72,14 +87,86 @@ def digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
 
+_PER = {"s": 1.0, "sec": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0, "h": 3600.0,
+        "hour": 3600.0}
+
+
+def parse_rate(value: object) -> float:
+    """``"10/s"``, ``"600/min"``, ``"100/h"`` or a number (per second) -> requests a second."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        per_s = float(value)
+    elif isinstance(value, str) and (m := re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*/\s*([a-z]+)\s*",
+                                                       value)) and m[2] in _PER:
+        per_s = float(m[1]) / _PER[m[2]]
+    else:
+        raise ValueError(f"rate {value!r}: expected requests per time, like \"10/s\", "
+                         "\"600/min\", \"100/h\", or a number per second")
+    if not per_s > 0 or math.isinf(per_s):
+        raise ValueError(f"rate {value!r}: must be more than 0")
+    return per_s
+
+
+def parse_expiry(value: object) -> float:
+    """A TOML date-time (UTC when it has no offset) or date (its start, UTC), or the same
+    in a string (ISO 8601) -> Unix time."""
+    if isinstance(value, str):
+        try:
+            value = (dt.date.fromisoformat(value) if len(value) == 10
+                     else dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
+        except ValueError:
+            pass
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.timezone.utc)
+        return value.timestamp()
+    if isinstance(value, dt.date):
+        return dt.datetime(value.year, value.month, value.day, tzinfo=dt.timezone.utc).timestamp()
+    raise ValueError(f"expires {value!r}: expected a date-time (2027-01-31T00:00:00Z) or a "
+                     "date (2027-01-31)")
+
+
+def format_time(t: float) -> str:
+    """Unix time as ``2027-01-31T00:00:00Z``."""
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 @dataclass(frozen=True)
 class Token:
-    """One user of the service."""
+    """One user of the service. ``rate``: requests a second (None: no limit), ``burst``:
+    requests at once; ``expires``: Unix time from which the token is refused (None: never)."""
 
     name: str
     sha256: bytes
     max_jobs: int = DEFAULT_MAX_JOBS
     max_output: int = DEFAULT_MAX_OUTPUT
+    rate: float | None = None
+    burst: int = 1
+    expires: float | None = None
+
+    def expired(self, now: float | None = None) -> bool:
+        return self.expires is not None and (time.time() if now is None else now) >= self.expires
+
+
+class RateLimiter:
+    """A token bucket per token: :meth:`take` spends one request, or says how long to wait."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._buckets: dict[str, tuple[float, float]] = {}  # name -> (tokens, at monotonic)
+
+    def take(self, tok: Token, now: float | None = None) -> float:
+        """0 when the request may go on (one is spent), else seconds until one is free."""
+        if tok.rate is None:
+            return 0.0
+        t = time.monotonic() if now is None else now
+        with self._lock:
+            level, at = self._buckets.get(tok.name, (float(tok.burst), t))
+            level = min(float(tok.burst), level + (t - at) * tok.rate)
+            if level >= 1.0:
+                self._buckets[tok.name] = (level - 1.0, t)
+                return 0.0
+            self._buckets[tok.name] = (level, t)
+            return (1.0 - level) / tok.rate
 
 
 class Tokens:
@@ -102,13 +189,24 @@ class Tokens:
         table = data.get("tokens")
         if not isinstance(table, dict) or not table:
             raise TokensError(f"{path}: no [tokens.NAME] tables")
+        unknown_top = set(data) - {"tokens", "defaults"}
+        if unknown_top:
+            raise TokensError(f"{path}: unknown table or key {sorted(unknown_top)[0]!r} "
+                              "(tokens, defaults)")
+        defaults = data.get("defaults", {})
+        if not isinstance(defaults, dict):
+            raise TokensError(f"{path}: [defaults] must be a table")
+        bad = set(defaults) - _DEFAULTABLE
+        if bad:
+            raise TokensError(f"{path}: [defaults]: unknown key {sorted(bad)[0]!r} "
+                              f"({', '.join(sorted(_DEFAULTABLE))})")
         out: list[Token] = []
         seen: set[bytes] = set()
         for name, entry in table.items():
             where = f"{path}: [tokens.{name}]"
             if not isinstance(entry, dict):
                 raise TokensError(f"{where}: not a table")
-            unknown = set(entry) - {"sha256", "token", "max_jobs", "max_output"}
+            unknown = set(entry) - {"sha256", "token", "expires"} - _DEFAULTABLE
             if unknown:
                 raise TokensError(f"{where}: unknown key {sorted(unknown)[0]!r}")
             if ("sha256" in entry) == ("token" in entry):
@@ -130,13 +228,12 @@ class Tokens:
                 raise TokensError(f"{where}: the same token as another entry")
             seen.add(dig)
             try:
-                max_jobs = entry.get("max_jobs", DEFAULT_MAX_JOBS)
-                if not isinstance(max_jobs, int) or isinstance(max_jobs, bool) or max_jobs < 1:
-                    raise ValueError(f"max_jobs must be a whole number >= 1, not {max_jobs!r}")
-                max_output = parse_size(entry.get("max_output", DEFAULT_MAX_OUTPUT), "max_output")
+                out.append(_token(str(name), dig, {**defaults, **entry}))
             except ValueError as exc:
-                raise TokensError(f"{where}: {exc}")
-            out.append(Token(str(name), dig, max_jobs, max_output))
+                # a bad value from [defaults] is named there
+                src = where if any(k in entry for k in _key_of(exc)) or not _key_of(exc) \
+                    else f"{path}: [defaults]"
+                raise TokensError(f"{src}: {exc}")
         return cls(out)
 
     def check(self, presented: str | None) -> Token | None:
@@ -150,6 +247,34 @@ class Tokens:
             if hmac.compare_digest(d, t.sha256):
                 found = t
         return found
+
+
+_DEFAULTABLE = {"max_jobs", "max_output", "rate", "burst"}
+
+
+def _key_of(exc: ValueError) -> list[str]:
+    """The key a value error of :func:`_token` is about (its message starts with it)."""
+    word = str(exc).split(" ", 1)[0]
+    return [word] if word in _DEFAULTABLE | {"expires"} else []
+
+
+def _whole(entry: dict[str, Any], key: str, default: int) -> int:
+    v = entry.get(key, default)
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ValueError(f"{key} must be a whole number >= 1, not {v!r}")
+    return v
+
+
+def _token(name: str, dig: bytes, entry: dict[str, Any]) -> Token:
+    """One token from its table (merged over [defaults]); ValueError names the key."""
+    max_jobs = _whole(entry, "max_jobs", DEFAULT_MAX_JOBS)
+    max_output = parse_size(entry.get("max_output", DEFAULT_MAX_OUTPUT), "max_output")
+    rate = parse_rate(entry["rate"]) if "rate" in entry else None
+    if "burst" in entry and rate is None:
+        raise ValueError("burst without a rate: give 'rate' too")
+    burst = _whole(entry, "burst", max(1, math.ceil(rate or 1)))
+    expires = parse_expiry(entry["expires"]) if "expires" in entry else None
+    return Token(name, dig, max_jobs, max_output, rate, burst, expires)
 
 
 def new_token(name: str) -> tuple[str, str]:

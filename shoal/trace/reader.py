@@ -167,8 +167,12 @@ def _fill(trace: Trace, batches: list[list[Any]]) -> None:
             if tag == RESULTS:
                 _, t, num, tids, statuses, attempts, sent, times, infos = rec[:9]
                 n = len(tids)
-                if not isinstance(times, list):  # format 2: the agent's packed blob
+                if not isinstance(times, list):  # format 2 on: the agent's packed blob
                     times = unpack_times(times, n)
+                if not isinstance(statuses, list):  # format 3: one value for all
+                    statuses = [statuses] * n
+                if not isinstance(attempts, list):
+                    attempts = [attempts] * n
                 for tid, attempt, status, disp, tr, info in zip(
                         tids, attempts, statuses, sent, times, infos or [None] * n, strict=True):
                     rows.append((tid, attempt, status, num, disp, t, tr,

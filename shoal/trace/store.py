@@ -26,12 +26,15 @@ to record), each record an array whose first element says what it is:
         [gpus, ranks].
     [RESULTS, t, agent, tids, statuses, attempts, dispatched, agent_times, infos]
         the attempts whose results one RESULTS message from an agent brought, at ``t``
-        (their ``received``), as columns. agent: the agent's number (see AGENT_JOIN).
+        (their ``received``), as columns (from format 3 statuses and attempts may be one
+        value for all). agent: the agent's number (see AGENT_JOIN).
         status: protocol's (OK 0, ERR 1, CANCELLED 2, DEPFAIL 3, LOST 4, TIMEOUT 5).
         dispatched: when the head sent that attempt. agent_times: per result nil or the
         agent's [launched, started, ended, cpus, gpu_ids, worker], any of them nil where
-        not known; from format 2 on this column may instead be a bin, that array packed
-        by the agent (one blob per RESULTS message, stored as it came: pack_times). infos: nil (no failures), or per result nil or the failure's info
+        not known; from format 2 on this column may instead be a bin packed by the
+        agent, one blob per RESULTS message stored as it came: format 2 that array,
+        format 3 columns (:mod:`shoal.trace.columns`). infos: nil (no failures), or per
+        result nil or the failure's info
         (``{"why": ..., "types": [...]}``, ``{"exit": N}`` for a command exiting non-zero).
     [ATTEMPT, tid, attempt, status, agent, dispatched, received, agent_times, note]
         one attempt the head ended itself: RETURNED / REVOKED / UNFINISHED below, LOST with
@@ -57,7 +60,11 @@ Cost (the head's hot path with the trace on): the task's static facts go out onc
 SUBMIT message as columns (C-level ``map`` over the specs, no object per task); the head
 keeps no table of its own beyond ``_open`` (tid -> dispatched, while an attempt runs) and
 reads the rest from the core's task table; results are recorded as columns too (one record
-per RESULTS message), so an attempt costs one dict entry and the packing of its values.
+per RESULTS message; a column whose values are all the same is one value), so an attempt
+costs one dict entry and the packing of its values. The agent's times arrive as one blob
+per message, stored as it came (columns, :mod:`shoal.trace.columns`). In W1 a SUBMIT or
+RESULTS message holds 100-300 tasks, so the fixed cost per message or turn is a few
+percent of the recorder's; what is left is per task (about 0.5 us, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -72,7 +79,11 @@ from typing import Any
 
 import msgpack
 
-VERSION = 2  # 2: RESULTS' agent_times may be one packed blob (pack_times); 1 still read
+from shoal.trace.columns import unpack_columns
+
+# 2: RESULTS' agent_times may be one blob packed by the agent, an array per item;
+# 3: that blob may be columns (shoal.trace.columns). 1 and 2 are still read.
+VERSION = 3
 (ATTEMPT, AGENT_JOIN, AGENT_LEAVE, FUNCS, CLIENT_JOIN, CLIENT_LEAVE, END, SUBMIT, RESULTS,
  HOSTS) = range(10)
 # statuses only the trace uses (the protocol's are 0-5)
@@ -121,7 +132,9 @@ def _note(info: dict[str, Any]) -> str:
 
 
 def _column(values: list[Any]) -> Any:
-    """One value when all are the same (a client's batch: one owner, often one function)."""
+    """One value when all are the same (a client's batch: one owner, often one function;
+    a batch of results: all OK, first attempts). ``count``: C-level, and small ints and
+    None compare by identity."""
     return values[0] if values.count(values[0]) == len(values) else values
 
 
@@ -223,17 +236,18 @@ class Recorder:
             return
         kinds = list(map(_col_kind, specs))
         whats = list(map(_col_fid, specs))
-        if _CMD in kinds:
-            for i, kind in enumerate(kinds):
-                if kind == _CMD:
+        kind = _column(kinds)
+        if kind == _CMD or (kind is kinds and _CMD in kinds):  # commands: their programs
+            for i, k in enumerate(kinds):
+                if k == _CMD:
                     whats[i] = _program(specs[i])
         opts = list(map(_col_opts, specs))
         requests = None
-        if any(opts):
+        if opts.count(None) != len(opts):  # (count: C-level, None by identity)
             requests = [[o.get("gpus", 0), o.get("ranks", 0)]
                         if o and ("gpus" in o or "ranks" in o) else None for o in opts]
         self.rows.append([SUBMIT, self.clock(), list(map(_first, specs)),
-                          _column(list(map(_col_owner, specs))), _column(kinds), _column(whats),
+                          _column(list(map(_col_owner, specs))), kind, _column(whats),
                           _column(list(map(_col_cores, specs))), requests])
 
     def dispatched(self, agent: bytes, specs: list[list[Any]]) -> None:
@@ -246,7 +260,7 @@ class Recorder:
             self._close([t for t in tids if t in opened], REVOKED, self.clock(),
                         "given up by the head", before=1)
         opened.update(zip(tids, repeat(self.clock())))
-        if any(map(_col_opts, specs)):  # MPI tasks: where their ranks go
+        if list(map(_col_opts, specs)).count(None) != len(specs):  # MPI: where ranks go
             for spec in specs:
                 opts = spec[_T_OPTS]
                 if opts and "hosts" in opts:
@@ -255,7 +269,7 @@ class Recorder:
     def results(self, agent: bytes, items: list[list[Any]], packed: Any = None) -> None:
         """RESULTS from ``agent``, before the core sees them: one RESULTS record of
         columns. The agent's times come either packed, one blob per message (``packed``:
-        :func:`pack_times`, the agent's way: the head appends the blob as it came, no
+        :mod:`shoal.trace.columns`, the agent's way: the head appends the blob as it came, no
         per-task work), or as item[5] (the simulator; an older agent), taken off the
         items here: the client never gets them. The hot path of a traced run: C-level
         ``map`` where it can."""
@@ -276,10 +290,12 @@ class Recorder:
         else:
             times = [item.pop() if len(item) > 5 else None for item in items]
         tids = list(map(_first, items))
-        sent = list(map(self._open.pop, tids, repeat(None)))
+        opened = self._open
+        before = len(opened)
+        sent = list(map(opened.pop, tids, repeat(None)))
         infos = list(map(_fifth, items))
         statuses, attempts = list(map(_second, items)), list(map(_fourth, items))
-        if None in sent:  # not an open attempt (the core drops these too)
+        if before - len(opened) != len(tids):  # not all open attempts (the core drops these)
             if isinstance(times, bytes):
                 times = unpack_times(times, len(tids))
             keep = [i for i, t in enumerate(sent) if t is not None]
@@ -287,8 +303,9 @@ class Recorder:
                 [col[i] for i in keep] for col in (tids, statuses, attempts, sent, times, infos))
             if not tids:
                 return
-        self.rows.append([RESULTS, now, self._num.get(agent, 0), tids, statuses, attempts, sent,
-                          times, infos if any(infos) else None])
+        self.rows.append([RESULTS, now, self._num.get(agent, 0), tids, _column(statuses),
+                          _column(attempts), sent, times,
+                          None if infos.count(None) == len(infos) else infos])
 
     def resolved(self, resolve: dict[bytes, list[list[Any]]]) -> None:
         """Tasks resolved without an agent's result (agent number 0 in the item): cancelled,
@@ -382,23 +399,17 @@ class Recorder:
             self.failed = True
 
 
-def pack_times(items: list[list[Any]]) -> bytes:
-    """The agent's side: the times of one RESULTS message's items (item[5], taken off
-    them) as one msgpack blob, an array with one entry per item (nil where an item has
-    none), that the head stores in the RESULTS record as it came."""
-    if items and len(items[0]) == 6 and len(set(map(len, items))) == 1:
-        return _packb(list(map(list.pop, items)))
-    return _packb([item.pop() if len(item) > 5 else None for item in items])
-
-
 def unpack_times(times: Any, n: int) -> list[Any]:
-    """A RESULTS record's agent_times as a list of ``n`` (a blob from :func:`pack_times`
-    unpacked; anything not a list of ``n`` reads as unknown times)."""
+    """A RESULTS record's agent_times as a list of ``n`` (a blob unpacked: format 3's
+    columns, :mod:`shoal.trace.columns`, or format 2's array; anything not one of ``n``
+    items reads as unknown times)."""
     if isinstance(times, bytes):
         try:
             times = msgpack.unpackb(times, raw=False, strict_map_key=False)
         except (ValueError, msgpack.UnpackException):
             times = None
+        if isinstance(times, dict):
+            times = unpack_columns(times, n)
     if not isinstance(times, list) or len(times) != n:
         return [None] * n
     return times

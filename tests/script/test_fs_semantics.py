@@ -306,6 +306,28 @@ def test_a_removed_file_present_at_start_is_removed(tmp_path: Path) -> None:
     compare(tmp_path, src, setup)
 
 
+def test_a_read_after_a_removal_waits_for_it(tmp_path: Path) -> None:
+    # bash reads nothing there (the program's own error, its status): the reader must run
+    # after the rm/mv, never race it (a file made by the script, one present at start, one
+    # moved away)
+    src = ("cp obs.txt work.txt\nsort work.txt > sorted.txt\nrm work.txt\n"
+           "cat work.txt > copy.txt\nrm -f params.txt\ngrep -q region params.txt\n"
+           "mv moved.txt away.txt\nwc -l moved.txt > count.txt\ntrue\n")
+
+    def setup(d: Path) -> None:
+        (d / "obs.txt").write_text("b\na\n")
+        (d / "params.txt").write_text("region x\n")
+        (d / "moved.txt").write_text("one\n")
+    c = tmp_path / "c"
+    c.mkdir()
+    setup(c)
+    plan = comp(c, src)
+    assert after(plan, "cat work.txt", "rm work.txt")
+    assert after(plan, "grep -q region params.txt", "rm -f params.txt")
+    assert after(plan, "wc -l moved.txt", "mv moved.txt away.txt")
+    compare(tmp_path, src, setup)
+
+
 def test_a_write_into_a_missing_directory_fails_each_time(tmp_path: Path) -> None:
     # sub/ never exists: both writes fail in bash; a scratch name must not make the first work
     src = f"for a in x y; do\n  ncks -O -v tas {A} sub/o.nc\ndone\necho end > end.txt\n"

@@ -1,0 +1,472 @@
+"""Commands start in a helper process, not in the agent (issue 13).
+
+``posix_spawn`` blocks its caller until the child has exec'd (vfork semantics): 0.1 ms
+alone, 0.6 ms when the child first waits for a core. In the agent's one loop, that wait held
+back everything else -- results, tasks from the head, the exit of the other slot's command
+-- so at 2,000 short commands both slots were busy only a third of the time. The spawn
+helper is a process of its own, forked by the agent before it has a ZeroMQ context, a
+worker or a command (a small descriptor table for every spawn to copy), that does the
+process work of ``shoal.agent.launcher``: it starts commands, reaps them (SIGCHLD, then
+``waitid(P_ALL)``), reads their output and builds their results, and talks to the agent in
+batches over a ``SOCK_SEQPACKET`` socket pair.
+
+Like ``xargs -P`` it refills a freed core itself: the agent may hand it short one-core
+commands ahead of free cores (a few milliseconds of work, see ``Commands``), and the
+helper starts the next one the moment one exits, while ``cap`` cores (what the agent's
+Python workers leave) are in use at most. Everything else -- which command may start,
+time limits, cancels, the drain, the books of cores and GPUs -- stays in the agent, which
+sends ``kill`` requests by task id: only the helper knows whether a pid is still its
+unreaped child, so no signal can reach a recycled pid.
+
+Messages are pickled lists of tuples; one over ``MAX_MSG`` travels in a memfd whose
+descriptor goes along (SCM_RIGHTS). A command is named by a key the agent gives it (a task
+may come back as a new attempt while its killed one is still being reaped). Agent ->
+helper: ``("run", key, tid, spec, cores, defaults,
+forced, cpus, argv, mpi)``, ``("cap", cores)``, ``("kill", key, signal, why)`` (``why``:
+"drop" or "timeout" -- the output is not read), ``("config", base_env, max_output)``.
+Helper -> agent: ``(key, rc, started, ended, status, payload, info)`` for a command that
+exited (rc None: dropped before it started; status None: its output was not wanted) and
+``(key, None, 0.0, 0.0, None, message, None)`` for one that could not start (``started``
+and ``ended`` are ``time.monotonic()`` values, the same clock in both processes).
+
+Nothing is left behind when the agent dies, even by SIGKILL of its whole process group
+(the helper has a group of its own): the helper sees the socket's end-of-file (and, as a
+second signal, SIGHUP by PR_SET_PDEATHSIG), kills every command's process group -- an MPI
+launcher gets SIGTERM and ``MPI_KILL_GRACE`` seconds first, so it can stop its remote
+ranks -- reaps them and exits. Processes the agent forks later (its workers) close their
+copy of the agent's end at fork, so they cannot keep it open.
+"""
+
+from __future__ import annotations
+
+import array
+import math
+import os
+import pickle
+import select
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from typing import Any
+
+from shoal._sys import set_parent_death_signal
+from shoal.agent import launcher, limits
+
+MAX_MSG = 60 << 10        # bigger messages go in a memfd (SEQPACKET: one message per send)
+SOCK_BUF = 1 << 20
+BLOB = b"F"               # marks a message whose pickle is in the attached memfd
+_FD_SPACE = socket.CMSG_SPACE(4)
+REPORT_DELAY_S = 0.002    # a report waits at most this long for others (see _loop)
+REPORT_BATCH = 256
+TRIM_S = 1.0              # how often output over --max-output is cut back
+
+_agent_fd = -1            # the agent's end, closed in every process the agent forks later
+
+
+def _close_in_child() -> None:
+    global _agent_fd
+    if _agent_fd >= 0:
+        try:
+            os.close(_agent_fd)
+        except OSError:
+            pass
+        _agent_fd = -1
+
+
+os.register_at_fork(after_in_child=_close_in_child)
+
+
+def _encode(obj: Any) -> tuple[bytes, list[int]]:
+    data = pickle.dumps(obj, protocol=5)
+    if len(data) <= MAX_MSG:
+        return data, []
+    fd = os.memfd_create("shoal-spawn-msg", os.MFD_CLOEXEC)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    return BLOB, [fd]
+
+
+def _decode(data: bytes, fds: list[int]) -> Any:
+    if data == BLOB and fds:
+        fd = fds[0]
+        try:
+            size = os.fstat(fd).st_size
+            parts = []
+            pos = 0
+            while pos < size:
+                chunk = os.pread(fd, size - pos, pos)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                pos += len(chunk)
+            data = b"".join(parts)
+        finally:
+            for f in fds:
+                os.close(f)
+    else:
+        for f in fds:
+            os.close(f)
+    return pickle.loads(data)
+
+
+def _recv(sock: socket.socket) -> tuple[bytes, list[int]] | None:
+    """One message without waiting: (data, fds); None when there is none; EOFError at the
+    other end's close."""
+    try:  # (socket.recv_fds drops its flags argument before Python 3.12)
+        data, anc, _flags, _addr = sock.recvmsg(MAX_MSG + 64, _FD_SPACE, socket.MSG_DONTWAIT)
+    except (BlockingIOError, InterruptedError):
+        return None
+    except (ConnectionResetError, BrokenPipeError):
+        raise EOFError from None
+    fds: list[int] = []
+    for level, kind, blob in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += array.array("i", blob[: len(blob) - len(blob) % 4])
+    if not data and not fds:
+        raise EOFError
+    return data, fds
+
+
+class Spawner:
+    """The agent's end of the spawn helper (module docstring): queue requests, ``flush``
+    them at the end of a turn, ``receive`` what finished."""
+
+    def __init__(self) -> None:
+        global _agent_fd
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        for s in (mine, theirs):
+            for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+                try:
+                    s.setsockopt(socket.SOL_SOCKET, opt, SOCK_BUF)
+                except OSError:
+                    pass
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the helper: never returns
+            code = 1
+            try:
+                mine.detach()
+                code = _Helper(theirs).main()
+            finally:
+                os._exit(code)
+        theirs.close()
+        mine.setblocking(False)
+        self.sock = mine
+        self.pid = pid
+        self.ops: list[tuple[Any, ...]] = []
+        self.pending: deque[tuple[bytes, list[int]]] = deque()  # refused by a full socket
+        self.closed = False
+        _agent_fd = mine.fileno()
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def config(self, base_env: dict[str, str], max_output: int | None) -> None:
+        self.ops.append(("config", base_env, max_output))
+
+    def run(self, key: int, tid: int, spec: dict[str, Any], cores: int, *,
+            defaults: dict[str, str] | None = None, forced: dict[str, str | None] | None = None,
+            cpus: list[int] | None = None, argv: list[str] | None = None,
+            mpi: bool = False) -> None:
+        self.ops.append(("run", key, tid, spec, cores, defaults, forced, cpus, argv, mpi))
+
+    def cap(self, cores: int) -> None:
+        self.ops.append(("cap", cores))
+
+    def kill(self, key: int, sig: int, why: str | None) -> None:
+        self.ops.append(("kill", key, sig, why))
+
+    def flush(self) -> bool:
+        """Send what was asked this turn; False while some waits for room (poll POLLOUT)."""
+        if self.closed:
+            self.ops = []
+            return True
+        if self.ops:
+            ops, self.ops = self.ops, []
+            self.pending.append(_encode(ops))
+        while self.pending:
+            data, fds = self.pending[0]
+            try:
+                if fds:
+                    socket.send_fds(self.sock, [data], fds, socket.MSG_DONTWAIT)
+                else:
+                    self.sock.send(data, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return False
+            except (BrokenPipeError, ConnectionResetError):
+                self.pending.clear()  # the helper is gone: receive() says so
+                return True
+            self.pending.popleft()
+            for fd in fds:
+                os.close(fd)
+        return True
+
+    def receive(self) -> list[tuple[Any, ...]]:
+        """What the helper reported since the last call (EOFError: the helper is gone)."""
+        out: list[tuple[Any, ...]] = []
+        while True:
+            msg = _recv(self.sock)
+            if msg is None:
+                return out
+            out.extend(_decode(*msg))
+
+    def close(self, wait_s: float | None) -> None:
+        """Let the helper stop every command (its end-of-file); wait for it to exit at
+        most ``wait_s`` seconds (None: not now), then SIGKILL it."""
+        global _agent_fd
+        if not self.closed:
+            self.closed = True
+            for _, fds in self.pending:
+                for fd in fds:
+                    os.close(fd)
+            self.pending.clear()
+            _agent_fd = -1
+            self.sock.close()
+        if wait_s is None:
+            return
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                pid, _ = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid:
+                return
+            if time.monotonic() >= deadline:
+                try:
+                    os.kill(self.pid, signal.SIGKILL)
+                    os.waitpid(self.pid, 0)
+                except (ProcessLookupError, ChildProcessError):
+                    pass
+                return
+            time.sleep(0.005)
+
+
+class _AgentGone(Exception):
+    pass
+
+
+def _hangup(*_: object) -> None:
+    raise _AgentGone
+
+
+class _Helper:
+    """The helper process's loop (module docstring)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.queue: deque[tuple[Any, ...]] = deque()
+        self.running: dict[int, launcher.Running] = {}   # pid -> command
+        self.by_key: dict[int, launcher.Running] = {}
+        self.why: dict[int, str] = {}                    # key -> why the agent stopped it
+        self.used = 0
+        self.cap = 1 << 30
+        self.base_env = dict(os.environ)
+        self.out: list[tuple[Any, ...]] = []
+
+    def main(self) -> int:
+        keep = {self.sock.fileno()}
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        keep |= {wake_r, wake_w, 0, 1, 2}
+        for name in os.listdir("/proc/self/fd"):  # what the agent had open is not ours
+            fd = int(name)
+            if fd not in keep:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        launcher._devnull_in = launcher._devnull_out = -1  # were the agent's, if opened
+        try:  # a group of its own: a kill -9 of the agent's process group leaves it to clean up
+            os.setpgid(0, 0)
+        except OSError:
+            pass
+        # The agent handles SIGINT and SIGTERM (a drain lets running commands finish): the
+        # helper leaves only with the agent (end-of-file, or SIGHUP when it dies). They are
+        # caught, not ignored: an exec resets a caught signal to its default, while an
+        # ignored one would stay ignored in every command. (One the agent was started
+        # with ignored, as by nohup, stays ignored, as it did for commands before.)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGQUIT):
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                signal.signal(sig, _noop)
+        signal.signal(signal.SIGHUP, _hangup)
+        signal.signal(signal.SIGCHLD, _noop)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        set_parent_death_signal(signal.SIGHUP)
+        try:
+            if os.getppid() == 1:
+                raise _AgentGone
+            self._loop(wake_r)
+        except (_AgentGone, EOFError, BrokenPipeError, ConnectionResetError):
+            pass
+        finally:
+            signal.signal(signal.SIGHUP, _noop)
+            self._stop_all()
+        return 0
+
+    def _loop(self, wake_r: int) -> None:
+        poller = select.poll()
+        sock_fd = self.sock.fileno()
+        poller.register(sock_fd, select.POLLIN)
+        poller.register(wake_r, select.POLLIN)
+        trim_at = time.monotonic() + TRIM_S
+        out_since = 0.0  # when the oldest report not sent yet was made
+        while True:
+            due = trim_at if self.running else math.inf
+            if self.out:
+                due = min(due, out_since + REPORT_DELAY_S)
+            timeout = None if due == math.inf else max(
+                0, math.ceil((due - time.monotonic()) * 1000))
+            events = poller.poll(timeout)
+            for fd, _ in events:
+                if fd == wake_r:
+                    try:
+                        os.read(wake_r, 4096)
+                    except BlockingIOError:
+                        pass
+                elif fd == sock_fd:
+                    while True:
+                        msg = _recv(self.sock)
+                        if msg is None:
+                            break
+                        self._handle(_decode(*msg))
+            self._reap()
+            self._launch()
+            if self.out:
+                now = time.monotonic()
+                if not out_since:
+                    out_since = now
+                # Reports wait for company (one message for several exits, as the agent's
+                # RESULTS do) while more is queued here than runs; when the queue runs low
+                # they go at once, so the agent sends more.
+                if (len(self.queue) <= len(self.running) or len(self.out) >= REPORT_BATCH
+                        or now - out_since >= REPORT_DELAY_S):
+                    out, self.out = self.out, []
+                    out_since = 0.0
+                    data, fds = _encode(out)
+                    if fds:
+                        socket.send_fds(self.sock, [data], fds)
+                        os.close(fds[0])
+                    else:
+                        self.sock.send(data)
+            if self.running and time.monotonic() >= trim_at:
+                trim_at = time.monotonic() + TRIM_S
+                launcher.trim_captures(self.running.values())
+
+    def _handle(self, ops: list[tuple[Any, ...]]) -> None:
+        for op in ops:
+            kind = op[0]
+            if kind == "run":
+                self.queue.append(op)
+            elif kind == "kill":
+                self._kill(op[1], op[2], op[3])
+            elif kind == "cap":
+                self.cap = op[1]
+            elif kind == "config":
+                self.base_env = op[1]
+                limits.max_output = op[2]
+
+    def _kill(self, key: int, sig: int, why: str | None) -> None:
+        run = self.by_key.get(key)
+        if run is not None:
+            if why:
+                self.why[key] = why
+            launcher.kill_group(run.pid, sig)
+            return
+        for op in self.queue:  # not started yet: it never will
+            if op[1] == key:
+                self.queue.remove(op)
+                self.out.append((key, None, 0.0, 0.0, None, None, None))
+                return
+
+    def _launch(self) -> None:
+        queue = self.queue
+        while queue and self.used + queue[0][4] <= self.cap:
+            _, key, tid, spec, cores, defaults, forced, cpus, argv, mpi = queue.popleft()
+            try:
+                run = launcher.spawn(tid, spec, cores, self.base_env, defaults=defaults,
+                                     forced=forced, cpus=cpus, argv=argv)
+            except launcher.LaunchError as exc:
+                self.out.append((key, None, 0.0, 0.0, None, str(exc), None))
+                continue
+            except OSError as exc:
+                self.out.append((key, None, 0.0, 0.0, None,
+                                 f"cannot start the command: {exc.strerror or exc}", None))
+                continue
+            run.mpi = mpi
+            run.key = key
+            self.used += cores
+            self.running[run.pid] = run
+            self.by_key[key] = run
+
+    def _reap(self) -> None:
+        """Collect every command that exited (SIGCHLD says some did)."""
+        while self.running:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or not info.si_pid:
+                return
+            run = self.running.get(info.si_pid)
+            if run is None:  # not a command of ours (cannot happen): collect it anyway
+                try:
+                    os.waitpid(info.si_pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+                continue
+            if not launcher.reap(run):
+                return
+            self._exited(run)
+
+    def _exited(self, run: launcher.Running) -> None:
+        ended = time.monotonic()
+        del self.running[run.pid]
+        del self.by_key[run.key]
+        self.used -= run.cores
+        why = self.why.pop(run.key, None)
+        if why is not None:
+            launcher.release(run)
+            self.out.append((run.key, run.status, run.started, ended, None, None, None))
+            return
+        status, payload, info = launcher.outcome(run)
+        self.out.append((run.key, run.status, run.started, ended, status, payload, info))
+
+    def _stop_all(self) -> None:
+        """The agent is gone or closing: stop every command and reap it."""
+        self.queue.clear()
+        grace_end = 0.0
+        for run in self.running.values():
+            if run.mpi:  # mpirun/srun stop their remote ranks on SIGTERM, not on SIGKILL
+                launcher.kill_group(run.pid, signal.SIGTERM)
+                grace_end = time.monotonic() + launcher.MPI_KILL_GRACE
+            else:
+                launcher.kill_group(run.pid, signal.SIGKILL)
+        killed = grace_end == 0.0
+        while self.running:
+            if not killed and time.monotonic() >= grace_end:
+                killed = True
+                for run in self.running.values():
+                    launcher.kill_group(run.pid, signal.SIGKILL)
+            for run in list(self.running.values()):
+                if (killed or _has_exited(run.pid)) and launcher.reap(run):
+                    launcher.release(run)
+                    del self.running[run.pid]
+            if self.running:
+                time.sleep(0.01)
+
+
+def _has_exited(pid: int) -> bool:
+    """True when ``pid`` (a child) has exited; it stays a zombie to reap."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None and info.si_pid == pid
+
+
+def _noop(*_: object) -> None:
+    """SIGCHLD's handler (its wake-up byte is what counts), and the others' in the helper."""

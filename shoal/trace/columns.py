@@ -1,0 +1,152 @@
+"""The traced agent's times as columns (trace format 3): what a RESULTS message carries.
+
+A traced agent sends the times of each RESULTS message's items as one blob (the message's
+3rd field), which the head stores in its RESULTS record as it came. From format 3 the
+blob is a msgpack map of columns, one entry per item in the message's order:
+
+    {"n": N,
+     "launched": bin,   N float64 (handed to a worker / posix_spawn called)
+     "se": bin,         2N float64: started, ended of item 0, of item 1, ...
+     "worker": bin,     N int32 (the worker's index; -1: not a Python task's worker)
+     "extra": nil or {index: [cpus, gpu_ids]}}   (only items that have them)
+
+little-endian, NaN where a time is not known. Format 2's blob (a msgpack array of one
+``[launched, started, ended, cpus, gpu_ids, worker]`` per item) is still read.
+
+Why columns: W1 (100,000 no-op tasks) costs the whole runtime about 26 us of CPU per task,
+so the trace has about 1.3 us per task to stay under 5%. A list of six per task, made by
+the worker, packed and unpacked on the way to the agent, filled in there and packed again,
+cost the agent and its workers about 0.6 us of it (bench/trace_parts.py); a worker now
+appends two floats to an array it sends as bytes, and the agent appends to arrays it packs
+once per message: about 0.4 us.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from itertools import repeat
+from operator import itemgetter
+from typing import Any
+
+import msgpack
+
+NAN = float("nan")
+_BIG = sys.byteorder == "big"
+_packb = msgpack.Packer(use_bin_type=True).pack
+_first = itemgetter(0)
+
+
+def _le(a: array) -> bytes:  # type: ignore[type-arg]
+    """An array's bytes, little-endian (the trace is read on any host)."""
+    if _BIG:
+        a = array(a.typecode, a)
+        a.byteswap()
+    return a.tobytes()
+
+
+def _from_le(code: str, data: bytes) -> array:  # type: ignore[type-arg]
+    a = array(code)
+    a.frombytes(data)
+    if _BIG:
+        a.byteswap()
+    return a
+
+
+class AgentTimes:
+    """The agent's side: the times of the results waiting to go to the head, in step with
+    the agent's ``out_results`` (one entry per item, appended where an item is).
+
+    Python tasks' results come a worker message at a time (:meth:`worker_results`: the
+    worker's started/ended as bytes, launched from the agent's own record); the rest
+    (commands, failures, time-outs) one at a time (:meth:`add`)."""
+
+    __slots__ = ("launched", "se", "workers", "extra")
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.launched = array("d")
+        self.se = array("d")          # started, ended: two per item
+        self.workers = array("i")
+        self.extra: dict[int, list[Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self.launched)
+
+    def add(self, times: list[Any] | None) -> None:
+        """One item's ``[launched, started, ended, cpus, gpu_ids, worker]`` (None where
+        not known; None for all unknown)."""
+        launched, started, ended, cpus, gpu_ids, worker = (*(times or ()), *(None,) * 6)[:6]
+        if cpus is not None or gpu_ids is not None:
+            self.extra[len(self.launched)] = [cpus, gpu_ids]
+        self.launched.append(NAN if launched is None else launched)
+        self.se.append(NAN if started is None else started)
+        self.se.append(NAN if ended is None else ended)
+        self.workers.append(-1 if worker is None else worker)
+
+    def worker_results(self, items: list[list[Any]], kept: list[list[Any]], se: Any,
+                       worker: int, launched: dict[int, float],
+                       gpu_ids: dict[int, Any] | None = None) -> None:
+        """The items of one worker's RESULTS that the agent passes on (``kept``: those of
+        ``items`` it appended to its results, in order); ``se``: the worker's bytes of
+        started, ended per item (float64, this host's order); ``launched``: the agent's
+        tid -> when it handed the task over (popped here); ``gpu_ids``: tid -> (.., ids)
+        of Python tasks holding GPUs."""
+        n = len(kept)
+        if not n:
+            return
+        if isinstance(se, bytes) and len(se) == 16 * len(items):
+            if n == len(items):
+                self.se.frombytes(se)
+            else:  # some were not passed on (stopped or handed back meanwhile)
+                pairs = array("d")
+                pairs.frombytes(se)
+                keep = {id(item) for item in kept}
+                for i, item in enumerate(items):
+                    if id(item) in keep:
+                        self.se.extend(pairs[2 * i:2 * i + 2])
+        else:  # no times from the worker
+            self.se.extend(repeat(NAN, 2 * n))
+        if gpu_ids:
+            base = len(self.launched)
+            for i, item in enumerate(kept):
+                held = gpu_ids.get(item[0])
+                if held is not None:
+                    self.extra[base + i] = [None, held[1]]
+        self.launched.extend(map(launched.pop, map(_first, kept), repeat(NAN)))
+        self.workers.extend(repeat(worker, n))
+
+    def take(self, n: int) -> bytes | None:
+        """The blob for a RESULTS message of ``n`` items; None (times unknown) when the
+        columns are not in step with them. The columns start again empty."""
+        blob = None
+        if len(self.launched) == n and len(self.se) == 2 * n:
+            blob = _packb({"n": n, "launched": _le(self.launched), "se": _le(self.se),
+                           "worker": _le(self.workers), "extra": self.extra or None})
+        self.clear()
+        return blob
+
+
+def unpack_columns(cols: dict[Any, Any], n: int) -> list[Any] | None:
+    """A format-3 blob's map as ``n`` lists ``[launched, started, ended, cpus, gpu_ids,
+    worker]`` (None where not known); None if it is not one of ``n`` items."""
+    try:
+        if cols.get("n") != n:
+            return None
+        launched = _from_le("d", cols["launched"])
+        se = _from_le("d", cols["se"])
+        workers = _from_le("i", cols["worker"])
+        extra = cols.get("extra") or {}
+    except (KeyError, TypeError, ValueError):
+        return None
+    if len(launched) != n or len(se) != 2 * n or len(workers) != n:
+        return None
+    out = []
+    for i, (la, st, en, wk) in enumerate(zip(launched, se[0::2], se[1::2], workers, strict=True)):
+        ex = extra.get(i)
+        out.append([None if la != la else la, None if st != st else st,  # NaN: unknown
+                    None if en != en else en, ex[0] if ex else None, ex[1] if ex else None,
+                    None if wk < 0 else wk])
+    return out

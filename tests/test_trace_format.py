@@ -1,0 +1,154 @@
+"""Trace format 3 (the agent's times as columns, shoal.trace.columns) and the older formats.
+
+A real traced run read back whole (every task's times, agent, cores, attempts, retries);
+the agent's column builder on its own; and one run written by hand in formats 1, 2 and 3
+read alike (files written by older heads stay readable).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from array import array
+from pathlib import Path
+
+import cloudpickle
+import msgpack
+import pytest
+
+from shoal import Command, Executor, trace
+from shoal.trace.columns import AgentTimes, unpack_columns
+from shoal.trace.store import AGENT_JOIN, END, FUNCS, RESULTS, SUBMIT, unpack_times
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers need not import tests
+
+
+def inc(x: int) -> int:
+    return x + 1
+
+
+def flaky(marker: str, fails: int) -> str:
+    """Fails its first ``fails`` calls (counted in files next to ``marker``), then returns."""
+    n = len([p for p in os.listdir(os.path.dirname(marker))
+             if p.startswith(os.path.basename(marker))])
+    open(f"{marker}.{n}", "w").close()
+    if n < fails:
+        raise RuntimeError(f"flaky call {n}")
+    return "done"
+
+
+def test_a_traced_run_read_back_whole(tmp_path: Path) -> None:
+    """2,000 no-op submits (W1's shape: big RESULTS messages of Python results), commands
+    of 1 and 2 cores, and a task that fails twice before it succeeds: every attempt is
+    in the trace with all six times in order, the agent that ran it, its cores, its
+    worker (Python) and its attempt number."""
+    path = tmp_path / "run.trace"
+    t0 = time.time()
+    with Executor(workers=2, slots=2, trace=path) as ex:
+        futs = [ex.submit(inc, i) for i in range(2000)]
+        one = ex.submit(Command(["/bin/true"]))
+        two = ex.options(cores=2).submit(Command(["/bin/sh", "-c", "exit 0"]))
+        retried = ex.options(retries=2).submit(flaky, str(tmp_path / "m"), 2)
+        assert [f.result(60) for f in futs] == list(range(1, 2001))
+        assert one.result(60).returncode == 0 and two.result(60).returncode == 0
+        assert retried.result(60) == "done"
+        where = {f.tid: f.agent for f in [*futs, one, two, retried]}
+    t1 = time.time()
+    t = trace.read(path)
+    assert t.header["shoal_trace"] == 3 and t.ended is not None and not t.truncated
+    assert {a.tid for a in t.attempts} == set(where), "tasks missing from the trace"
+    by_tid: dict[int, list[trace.Attempt]] = {}
+    for a in t.attempts:
+        by_tid.setdefault(a.tid, []).append(a)
+    for a in t.attempts:
+        times = [a.submitted, a.dispatched, a.launched, a.started, a.ended, a.received]
+        assert None not in times, a
+        assert times == sorted(times), f"times out of order: {a}"
+        assert t0 <= a.submitted and a.received <= t1
+        assert a.agent == where[a.tid], a  # where the client was told it ran
+    for f in futs:
+        (a,) = by_tid[f.tid]
+        assert (a.attempt, a.status, a.kind, a.cores, a.note) == (1, "ok", "py", 1, None)
+        assert a.name == f"{__name__}.inc" and a.worker in (0, 1)
+    (c1,) = by_tid[one.tid]
+    (c2,) = by_tid[two.tid]
+    assert (c1.kind, c1.name, c1.cores, c1.worker) == ("cmd", "/bin/true", 1, None)
+    assert (c2.name, c2.cores, c2.core_count) == ("exit", 2, 2)
+    assert c2.cpus is None or len(c2.cpus) == 2  # bound to 2 CPUs where binding applies
+    tries = sorted(by_tid[retried.tid], key=lambda a: a.attempt)
+    assert [(a.attempt, a.status) for a in tries] == [(1, "error"), (2, "error"), (3, "ok")]
+    assert "flaky call 0" in (tries[0].note or "") and "flaky call 1" in (tries[1].note or "")
+    assert all(a.worker in (0, 1) for a in tries)
+    s = trace.summary(t)
+    assert (s["tasks"], s["attempts"], s["ok"], s["failed"]) == (2003, 2005, 2003, 0)
+    assert (s["retried"], s["failed_attempts"]) == (1, 2)
+
+
+def test_agent_times_columns_stay_in_step_with_the_results() -> None:
+    cols = AgentTimes()
+    # a command: its own times, CPU and GPU ids
+    cols.add([1.0, 2.0, 3.0, [4, 5], ["GPU-0"], None])
+    # a worker's message of 3 results of which the agent passes on 2 (one was stopped)
+    items = [[11, 0, b"", 1, None], [12, 0, b"", 1, None], [13, 0, b"", 1, None]]
+    se = array("d", [5.0, 6.0, 7.0, 8.0, 9.0, 10.0]).tobytes()  # started, ended per item
+    launched = {11: 4.5, 13: 8.5, 99: 1.0}
+    cols.worker_results(items, [items[0], items[2]], se, 1, launched, {13: (None, ["GPU-1"])})
+    assert launched == {99: 1.0}, "launched times are taken when their results go"
+    # a worker that sent no times, and a failure the agent reports (times unknown)
+    cols.worker_results([[14, 0, b"", 1, None]], [[14, 0, b"", 1, None]], None, 0, {}, None)
+    cols.add(None)
+    cols.add([7.0, 8.0])  # a short list: the rest unknown
+    assert len(cols) == 6
+    blob = cols.take(6)
+    assert blob is not None and len(cols) == 0
+    got = unpack_times(blob, 6)
+    assert got == [[1.0, 2.0, 3.0, [4, 5], ["GPU-0"], None],
+                   [4.5, 5.0, 6.0, None, None, 1],
+                   [8.5, 9.0, 10.0, None, ["GPU-1"], 1],
+                   [None, None, None, None, None, 0],
+                   [None, None, None, None, None, None],
+                   [7.0, 8.0, None, None, None, None]]
+    # out of step (results dropped without their times): no times rather than wrong ones
+    cols.add([1.0, 2.0, 3.0, None, None, None])
+    assert cols.take(2) is None and len(cols) == 0
+    # a blob that is not one of n items reads as unknown times
+    assert unpack_times(blob, 5) == [None] * 5
+    assert unpack_columns({"n": 1, "launched": b"\x00" * 3, "se": b"", "worker": b""}, 1) is None
+    assert unpack_times(b"\xc1junk", 2) == [None, None]
+
+
+def _rows(tid: int, agent_times: object, statuses: object, attempts: object) -> list[object]:
+    return [RESULTS, 20.0, 1, [tid, tid + 1], statuses, attempts, [11.0, 11.5], agent_times,
+            None]
+
+
+@pytest.mark.parametrize("fmt", [1, 2, 3])
+def test_formats_1_2_and_3_read_alike(tmp_path: Path, fmt: int) -> None:
+    """The same two attempts written the way each format's head and agent wrote them."""
+    per_item = [[12.0, 13.0, 14.0, [0], None, 0], [12.5, None, 15.0, None, None, None]]
+    if fmt == 1:  # lists in the record
+        res = _rows(7, per_item, [0, 1], [1, 1])
+    elif fmt == 2:  # one blob per message, an array per item
+        res = _rows(7, msgpack.packb(per_item), [0, 1], [1, 1])
+    else:  # columns; statuses, attempts single values where all are the same
+        cols = AgentTimes()
+        for tr in per_item:
+            cols.add(tr)
+        res = _rows(7, cols.take(2), [0, 1], 1)
+    path = tmp_path / f"f{fmt}.trace"
+    with open(path, "wb") as fh:
+        fh.write(msgpack.packb({"shoal_trace": fmt, "t": 9.0, "pid": 1, "host": "h",
+                                "run_id": "r"}))
+        fh.write(msgpack.packb([[AGENT_JOIN, 9.5, 1, "a1", "node1", 2, 0, 0, "h", 2],
+                                [FUNCS, {5: "mod.fn"}],
+                                [SUBMIT, 10.0, [7, 8], 1, 0, 5, 1, None]]))
+        fh.write(msgpack.packb([res, [END, 21.0, {"completed": 2}]]))
+    t = trace.read(path)
+    rows = [(a.tid, a.attempt, a.status, a.agent, a.name, a.submitted, a.dispatched,
+             a.launched, a.started, a.ended, a.received, a.cpus, a.worker) for a in t.attempts]
+    assert rows == [(7, 1, "ok", "a1", "mod.fn", 10.0, 11.0, 12.0, 13.0, 14.0, 20.0, [0], 0),
+                    (8, 1, "error", "a1", "mod.fn", 10.0, 11.5, 12.5, None, 15.0, 20.0, None,
+                     None)]
+    assert not any(isinstance(x, float) and math.isnan(x) for r in rows for x in r)
