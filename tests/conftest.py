@@ -64,6 +64,24 @@ def shoal_pids() -> set[int]:
     return pids
 
 
+def session_pids(sids: set[int]) -> set[int]:
+    """Live PIDs whose session is one of ``sids`` (the local runtime's head and agent each
+    lead a session of their own, which their workers share): this run's processes only,
+    not those of another test run on the same machine."""
+    out = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as fh:
+                rest = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if rest[0] != "Z" and int(rest[3]) in sids:
+            out.add(int(name))
+    return out
+
+
 def wait_gone(pids: set[int], timeout: float = 10.0) -> set[int]:
     deadline = time.monotonic() + timeout
     left = set(pids)

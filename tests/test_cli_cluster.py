@@ -17,7 +17,8 @@ from shoal import Executor
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
 
-from .conftest import PY, ROOT, pid_alive, shoal_pids, wait_gone
+from .conftest import PY, ROOT, pid_alive, session_pids, shoal_pids, wait_gone
+from .failures.harness import descendants
 
 
 def run(args, **kw):
@@ -172,17 +173,27 @@ def test_bad_connection_file(tmp_path):
 
 
 def test_caller_crash_leaves_no_processes():
-    before = shoal_pids()
+    # Only this caller's runtime is watched (the sessions its head and agent lead, workers
+    # included): a machine-wide "new shoal processes" list also held other test runs'.
     code = (
-        "import os, time\nfrom shoal import Executor\nex = Executor(workers=2)\n"
+        "import os, sys, time\nfrom shoal import Executor\nex = Executor(workers=2)\n"
         "fs = [ex.submit(time.sleep, 5) for _ in range(4)]\ntime.sleep(0.5)\n"
-        "print(ex._cluster.rundir, flush=True)\nos._exit(1)\n"
+        "c = ex._cluster\nprint(c.rundir, c.head.pid, c.agent.pid, flush=True)\n"
+        "sys.stdin.read()\nos._exit(1)\n"
     )
-    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 1
-    mine = shoal_pids() - before
-    assert not wait_gone(mine, 10), "runtime processes outlived their caller"
-    rundir = r.stdout.strip()
+    p = subprocess.Popen([PY, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        rundir, head, agent = p.stdout.readline().split()
+        sids = {int(head), int(agent)}
+        mine = session_pids(sids)
+        assert sids <= mine, f"head and agent not running: {mine}"
+    finally:
+        p.stdin.close()  # the caller crashes now
+        assert p.wait(60) == 1
+    # a worker forked after the listing is in the agent's session too
+    assert not wait_gone(mine | session_pids(sids), 10), "runtime processes outlived their caller"
+    assert not session_pids(sids), "runtime processes outlived their caller"
     assert rundir and not os.path.exists(rundir), "the run directory outlived its caller"
 
 
@@ -193,12 +204,11 @@ def test_ctrl_c_stops_everything(tmp_path):
         "if __name__ == '__main__':\n"
         "    print('started', flush=True)\n    list(futures.map(time.sleep, [30] * 8))\n"
     )
-    before = shoal_pids()
     p = subprocess.Popen([PY, "-m", "shoal", "-n", "2", str(prog)], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
     assert p.stdout.readline().strip() == "started"
     time.sleep(0.5)
-    mine = shoal_pids() - before
+    mine = shoal_pids() & descendants(p.pid)  # not other test runs' on this machine
     assert mine
     os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
     assert p.wait(20) == 130

@@ -49,6 +49,12 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+def wait_file(path: str) -> bool:
+    while not os.path.exists(path):
+        time.sleep(0.02)
+    return True
+
+
 class Cluster:
     """`shoal head` on loopback plus agents, each in its own session; stop() ends them."""
 
@@ -355,10 +361,20 @@ def test_cancelled_timed_out_and_dependent_tasks(tmp_path: Path) -> None:
         c.agent("a1")
         with Executor(connect=str(c.connfile)) as ex:
             c.wait_agents(ex, 1)
-            slow = ex.options(timeout=1.0).submit(nap, 5.0)   # runs, killed at 1 s
+            # The one slot (and worker) is held by a Python task until the queued ones are
+            # cancelled: were it held by the timed-out task, a cancel slower than its 1 s (a
+            # loaded machine) would find the next task already started. (A command would
+            # not do: the worker, free, may start a queued task before the command starts.)
+            gate = tmp_path / "gate"
+            hold = ex.submit(wait_file, str(gate))
             queued = [ex.submit(nap, 5.0) for _ in range(4)]  # some on the agent, some not
-            time.sleep(0.1)
-            assert all(f.cancel() for f in queued)
+            try:
+                time.sleep(0.1)
+                assert all(f.cancel() for f in queued)
+                slow = ex.options(timeout=1.0).submit(nap, 5.0)   # runs, killed at 1 s
+            finally:
+                gate.touch()  # (on a failure: the executor's exit waits for the rest)
+            assert hold.result(30) is True
             bad = ex.submit(boom, 1)
             child = ex.options(after=[bad]).submit(add, 1, 2)  # never runs
             for f in (slow, bad, child):
@@ -368,6 +384,7 @@ def test_cancelled_timed_out_and_dependent_tasks(tmp_path: Path) -> None:
         c.stop()
     s = trace.summary(path)
     by_tid = {a.tid: a for a in trace.read(path).attempts}
+    assert by_tid[hold.tid].status == "ok"
     assert by_tid[slow.tid].status == "timeout" and by_tid[slow.tid].started is not None
     assert {by_tid[f.tid].status for f in queued} == {"cancelled"}
     assert all(by_tid[f.tid].started is None for f in queued)
@@ -375,7 +392,7 @@ def test_cancelled_timed_out_and_dependent_tasks(tmp_path: Path) -> None:
     dep = by_tid[child.tid]
     assert (dep.attempt, dep.status, dep.agent, dep.dispatched) == (0, "depfail", None, None)
     assert "dependency" in (dep.note or "")
-    assert (s["tasks"], s["ok"], s["failed"], s["cancelled"]) == (7, 0, 3, 4)
+    assert (s["tasks"], s["ok"], s["failed"], s["cancelled"]) == (8, 1, 3, 4)
 
 
 def _welcome(connfile: Path) -> dict[str, Any]:

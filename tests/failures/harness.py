@@ -199,6 +199,41 @@ def freeze_and_kill(pids: Iterable[int]) -> None:
                 pass
 
 
+def freeze_tree(root: int, timeout: float = 10.0) -> list[int]:
+    """SIGSTOP ``root`` and every process below it; returns them (root first).
+
+    A process listed once may fork or spawn (an agent starting a command) before its
+    SIGSTOP takes effect: its new child would escape a single listing. So: stop what is
+    listed, wait until each really is stopped, list again, until no new process appears."""
+    frozen: list[int] = []
+    seen: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while True:
+        new = [p for p in [root, *sorted(descendants(root))] if p not in seen]
+        if not new:
+            return frozen
+        for pid in new:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                continue
+            seen.add(pid)
+            frozen.append(pid)
+        for pid in new:  # kill() returns before the stop: a running one may still fork
+            while (st := _stat(pid)) is not None and st[0] not in "TtZX":
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"process {pid} ({cmdline(pid)}) did not stop")
+                time.sleep(0.002)
+
+
+def kill_tree(root: int) -> list[int]:
+    """kill -9 of ``root`` and everything under it as one crash (frozen first: none sees
+    another die, none starts a process that escapes); returns the PIDs killed."""
+    pids = freeze_tree(root)
+    freeze_and_kill(pids)
+    return pids
+
+
 class Proc:
     """A process the test started: a head, an agent or a client script."""
 
@@ -219,7 +254,7 @@ class Proc:
 
     def kill_tree(self) -> None:
         """kill -9 of this process and everything under it at once (a node or a run lost)."""
-        freeze_and_kill([self.pid, *descendants(self.pid)])
+        kill_tree(self.pid)
 
     def stop(self) -> None:
         self.signal(signal.SIGSTOP)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from . import tasks
-from .harness import Ledger, check_exactly_once, descendants, free_port, pid_alive
+from .harness import Ledger, check_exactly_once, descendants, free_port, kill_tree, pid_alive
 
 
 def test_cluster_runs_counts_and_cleans_up(make_cluster, tracker, tmp_path):
@@ -41,6 +41,16 @@ def test_tracker_sees_orphans(tracker):
     assert orphan in tracker.leftovers()
     assert orphan in tracker.kill_leftovers()
     assert not pid_alive(orphan)
+
+
+def test_kill_tree_takes_what_starts_meanwhile(tracker):
+    # a parent starting processes all the time (an agent launching commands): one started
+    # between the listing of the tree and the parent's stop must be killed too
+    p = tracker.own(subprocess.Popen(["sh", "-c", "while :; do sleep 30 & sleep 0.005; done"]))
+    time.sleep(0.3)
+    killed = kill_tree(p.pid)
+    assert p.wait(10) == -9 and killed[0] == p.pid and len(killed) > 10
+    assert not tracker.leftovers(wait=5)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")

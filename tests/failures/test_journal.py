@@ -12,7 +12,7 @@ import os
 import shutil
 import time
 
-from .harness import PY, Ledger, cmdline, descendants, freeze_and_kill, wait_for
+from .harness import PY, Ledger, cmdline, freeze_and_kill, freeze_tree, wait_for
 
 JOURNAL_LAG = 1.0   # seconds of completions a hard kill may lose from the journal
 N = 40
@@ -43,7 +43,7 @@ def test_killed_run_resumes_from_its_journal(make_cluster, tracker, tmp_path):
     wait_for(lambda: len(Ledger(str(ends)).lines()) >= N // 3, 120, 0.02, f"{N // 3} lines done")
     # kill -9 of the whole run at once: the client, its head and agent, every command
     t_kill = time.time()
-    tree = [first.pid, *descendants(first.pid)]
+    tree = freeze_tree(first.pid)  # a command spawned meanwhile is frozen too
     rundirs = _rundirs(tree)
     freeze_and_kill(tree)
     first.wait(10)
@@ -128,7 +128,7 @@ def test_killed_python_program_resumes_from_its_journal(make_cluster, tracker, t
     first = start(0)
     wait_for(lambda: len(Ledger(str(ledger)).lines()) >= n // 3 + 2, 120, 0.02,
              f"{n // 3} tasks done")
-    tree = [first.pid, *descendants(first.pid)]
+    tree = freeze_tree(first.pid)  # a command spawned meanwhile is frozen too
     rundirs = _rundirs(tree)
     freeze_and_kill(tree)
     first.wait(10)
