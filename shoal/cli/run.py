@@ -8,7 +8,8 @@ with its line number and does not stop the others.
 
 A comment ``#shoal: cores=4 gpus=1 memory=2G`` (or ``ranks=8 nodes=2``, ``exclusive``) on
 the line(s) before a command gives that command its resources (the file stays a valid sh
-script); see docs/resources.md. A directive with an unknown key or a bad value is
+script); see docs/resources.md. ``estimate=5m`` states its expected run time (longest
+first; docs/sim.md). A directive with an unknown key or a bad value is
 reported with its line number, and the command it names is not run.
 """
 
@@ -47,6 +48,8 @@ class BadLine:
 # ``#shoal: key=value ...``: resources of the next command. "# shoal:" is taken too (a
 # directive that silently did nothing would run the command with the wrong resources).
 _DIRECTIVE = re.compile(r"\s*#\s*shoal:(.*)", re.DOTALL)
+# resources, and ``estimate`` (the command's expected run time: longest first)
+DIRECTIVE_KEYS = (*O.RESOURCE_KEYS, "estimate")
 _FLAG_VALUES = {"": True, "true": True, "yes": True, "1": True,
                 "false": False, "no": False, "0": False}
 
@@ -56,8 +59,8 @@ def parse_directive(text: str, into: dict[str, Any]) -> str | None:
     invalid (then ``into`` may hold part of it), or None."""
     for word in text.split():
         key, eq, value = word.partition("=")
-        if key not in O.RESOURCE_KEYS:
-            return f"unknown resource {key!r} (known: {', '.join(O.RESOURCE_KEYS)})"
+        if key not in DIRECTIVE_KEYS:
+            return f"unknown resource {key!r} (known: {', '.join(DIRECTIVE_KEYS)})"
         if key in into:
             return f"{key} given twice for the same command"
         try:
@@ -69,6 +72,8 @@ def parse_directive(text: str, into: dict[str, Any]) -> str | None:
                 raise ValueError(f"{key} needs a value ({key}=N)")
             elif key == "memory":
                 into[key] = O.memory_value(value)
+            elif key == "estimate":
+                into[key] = O.estimate_value(value)
             else:
                 try:
                     n = int(value)

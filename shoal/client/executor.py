@@ -361,6 +361,7 @@ class Executor(HeadLink, cf.Executor):
         ranks: int | None = None,
         nodes: int | None = None,
         exclusive: bool = False,
+        estimate: float | str | None = None,
     ) -> _Options:
         """Submit with options: ``ex.options(after=[f1, f2], cores=2).submit(fn, x)``.
 
@@ -389,6 +390,11 @@ class Executor(HeadLink, cf.Executor):
         over exactly the hosts and slots shoal reserves for it, all at once).
         ``nodes``: with ``ranks``, spread the ranks over exactly that many agents.
         ``exclusive``: the task's agent(s) run nothing else meanwhile.
+
+        ``estimate``: about how long the task runs (seconds, or ``"5m"``, ``"2h"``). Not a
+        limit: tasks with estimates start longest first, which shortens the run's tail,
+        and one estimated at 1 s or more goes only to a free core, never queued behind
+        another on an agent (docs/sim.md, "stated run times").
         """
         if agent is not None and prefer is not None:
             raise ValueError("give agent= or prefer=, not both")
@@ -402,6 +408,8 @@ class Executor(HeadLink, cf.Executor):
         if key is not None:
             O.task_opts(None, None, None, key)  # validates
         res = O.resource_opts(gpus, memory, ranks, nodes, exclusive)
+        if estimate is not None:
+            res = {**(res or {}), "estimate": O.estimate_value(estimate)}
         if res:
             opts = {**opts, **res} if opts else res
         return _Options(self, tuple(after), cores, place, opts, key, ranks is not None)

@@ -63,6 +63,24 @@ def task_opts(retries: int | None, retry_on: Any, timeout: float | None,
     return opts or None
 
 
+_DURATION = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def estimate_value(value: Any, what: str = "estimate") -> float:
+    """``value`` as a stated run time in seconds: a number > 0, or a string such as
+    ``"90"``, ``"90s"``, ``"5m"``, ``"2h"``; else a clear ValueError."""
+    if isinstance(value, str):
+        num = value.strip().rstrip("smhin")
+        unit = value.strip()[len(num):]
+        try:
+            if unit not in _DURATION:
+                raise ValueError
+            value = float(num) * _DURATION[unit]
+        except ValueError:
+            raise ValueError(f"{what} must be seconds (90, 90s, 5m, 2h), not {value!r}") from None
+    return timeout_value(value, what)
+
+
 # Resource requests (the RESOURCE CONTRACT of issue 11): names as they travel in opts.
 RESOURCE_KEYS = ("cores", "gpus", "memory", "ranks", "nodes", "exclusive")
 
