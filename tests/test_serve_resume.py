@@ -83,21 +83,51 @@ def _finished(plan_file: Path, st_dir: Path) -> set[str]:
     return out
 
 
-def _freeze(root: int) -> dict[int, bytes]:
-    """SIGSTOP every process below ``root`` (again until no new one appears); pid -> start."""
+def _freeze(root: int, with_root: bool = False) -> dict[int, bytes]:
+    """SIGSTOP every process below ``root`` (and ``root`` itself first, ``with_root``);
+    pid -> start. A process is stopped only when its state says so (kill() returns before):
+    until then it may still fork, so the tree is listed again until nothing new appears."""
     stopped: dict[int, bytes] = {}
-    for _ in range(50):
+    if with_root:
+        stopped[root] = _start_of(root)
+        _stop_now(root)
+    deadline = time.monotonic() + 10
+    while True:
         new = {p: t for p, t in _descendants(root).items() if p not in stopped}
         if not new:
-            break
+            return stopped
         for p in new:
             try:
                 os.kill(p, signal.SIGSTOP)
             except ProcessLookupError:
                 pass
         stopped.update(new)
-        time.sleep(0.02)
-    return stopped
+        for p in new:
+            _stop_now(p, deadline)
+
+
+def _start_of(pid: int) -> bytes:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()[19]
+
+
+def _stop_now(pid: int, deadline: float | None = None) -> None:
+    """SIGSTOP ``pid`` (again) and wait until it is stopped or gone."""
+    deadline = deadline or time.monotonic() + 10
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            return
+        if state in (b"T", b"t", b"Z", b"X"):
+            return
+        time.sleep(0.002)
+    raise AssertionError(f"process {pid} did not stop")
 
 
 def _alive(pid: int, started: bytes) -> bool:
@@ -279,9 +309,9 @@ def test_a_chain_cut_midway_skips_its_finished_commands(tmp_path: Path) -> None:
     while not (st_dir / "1").exists():  # echo and sort done, the sleep running
         assert time.monotonic() < deadline and p.poll() is None, "the runner did not start"
         time.sleep(0.05)
-    procs = _freeze(p.pid)
+    procs = _freeze(p.pid, with_root=True)  # the runner too: it must start nothing more
     assert not (st_dir / "2").exists() and not (work / "b.txt").exists()
-    for pid in [p.pid, *procs]:
+    for pid in procs:
         os.kill(pid, signal.SIGKILL)
     p.wait()
     deadline = time.monotonic() + 10
