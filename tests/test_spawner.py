@@ -11,13 +11,17 @@ from __future__ import annotations
 import os
 import select
 import signal
+import sys
 import time
 
+import cloudpickle
 import pytest
 
 from shoal import Command, Executor
 from shoal.agent import launcher
 from shoal.agent.spawner import MAX_MSG, Spawner
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers need not import tests
 
 
 def _alive(pid: int) -> bool:
@@ -182,6 +186,32 @@ def test_cancel_of_a_running_command_kills_its_process_group(tmp_path):
         child = _read_pid(bg)
         assert f.cancel(running=True)
         assert _wait_gone([child]) == []
+
+
+def test_a_command_handed_ahead_starts_when_python_tasks_free_the_cores(tmp_path):
+    """Regression: short commands make the agent hand the next ones to the helper ahead of
+    free cores; one handed while both cores ran Python tasks waited for ever, because the
+    helper's cap was updated only while commands were queued in the agent."""
+    go = tmp_path / "go"
+    with Executor(workers=2) as ex:
+        for _ in range(3):  # short commands: the agent learns they are short
+            assert all(f.result(timeout=60).returncode == 0
+                       for f in [ex.submit(Command(["true"])) for _ in range(20)])
+        holds = [ex.submit(_hold, str(go)) for _ in range(2)]
+        deadline = time.monotonic() + 60
+        while not all(f.running() for f in holds) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        cmd = ex.submit(Command(["true"]))
+        time.sleep(0.3)  # handed to the helper while no core is free
+        go.write_text("")
+        assert [f.result(timeout=60) for f in holds] == [True, True]
+        assert cmd.result(timeout=10).returncode == 0
+
+
+def _hold(path: str) -> bool:
+    while not os.path.exists(path):
+        time.sleep(0.01)
+    return True
 
 
 def _ppid(pid: int) -> int:

@@ -444,7 +444,7 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
                         free -= 1
         if self.gpu_py or self.py_gpu_held:
             self._dispatch_gpu_python()
-        if self.cmd_queue:
+        if self.cmd_queue or self.commands:  # (commands at the helper: keep its cap current)
             self._dispatch_commands()
 
     # ---- sending -------------------------------------------------------------------------
