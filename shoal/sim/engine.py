@@ -301,33 +301,29 @@ class Simulator:
                 c = clock()
                 d = core.set_window(who, body)
                 cpu += clock() - c
-            if d.dispatch:
-                for agent, specs in d.dispatch.items():
-                    got = out.get(agent)
-                    if got is None:
-                        out[agent] = specs
-                    else:
-                        got.extend(specs)
-            if d.resolve:
-                self._resolved(d.resolve)
+            self._take(d, out)
         if core.unfilled:  # the server's _flush: this turn's submissions, placed together
             c = clock()
             d = core.fill()
             cpu += clock() - c
-            for agent, specs in d.dispatch.items():
-                got = out.get(agent)
-                if got is None:
-                    out[agent] = specs
-                else:
-                    got.extend(specs)
-            if d.resolve:
-                self._resolved(d.resolve)
+            self._take(d, out)
         self.head_cpu += cpu
         self.turns += 1
         cost = cpu if self.measured else 0.0
         self.head_time += cost
         self.head_busy = True
         self._push(self.now + cost, _TURN_END, out)
+
+    def _take(self, d: Any, out: dict[bytes, list[list[Any]]]) -> None:
+        """A core decision's dispatches join this turn's ``out``; its results resolve."""
+        for agent, specs in d.dispatch.items():
+            got = out.get(agent)
+            if got is None:
+                out[agent] = specs
+            else:
+                got.extend(specs)
+        if d.resolve:
+            self._resolved(d.resolve)
 
     def _resolved(self, resolve: dict[bytes, list[list[Any]]]) -> None:
         if self.tracer is not None:
