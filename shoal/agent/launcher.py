@@ -295,17 +295,22 @@ def _read_capture(fd: int, limit: int | None = None) -> bytes:
             # Written after the kept bytes, to come back in the same read: no second copy.
             os.pwrite(fd, marker, limit)
             end = limit + len(marker)
-        parts = []
-        pos = 0
-        while pos < end:
-            data = os.pread(fd, end - pos, pos)
-            if not data:
-                break
-            parts.append(data)
-            pos += len(data)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return pread_all(fd, end)
     finally:
         os.close(fd)
+
+
+def pread_all(fd: int, end: int) -> bytes:
+    """Bytes 0..end of ``fd`` (a memfd or file), read from offset 0 whatever its position."""
+    parts = []
+    pos = 0
+    while pos < end:
+        data = os.pread(fd, end - pos, pos)
+        if not data:
+            break
+        parts.append(data)
+        pos += len(data)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def trim_captures(runs: Iterable[Running]) -> None:

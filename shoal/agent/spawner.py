@@ -93,16 +93,7 @@ def _decode(data: bytes, fds: list[int]) -> Any:
     if data == BLOB and fds:
         fd = fds[0]
         try:
-            size = os.fstat(fd).st_size
-            parts = []
-            pos = 0
-            while pos < size:
-                chunk = os.pread(fd, size - pos, pos)
-                if not chunk:
-                    break
-                parts.append(chunk)
-                pos += len(chunk)
-            data = b"".join(parts)
+            data = launcher.pread_all(fd, os.fstat(fd).st_size)
         finally:
             for f in fds:
                 os.close(f)
