@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -23,8 +24,6 @@ def ex():
 def head(tmp_path):
     """`shoal head` on loopback TCP; yields (connfile, head process, add_agent(*flags)).
     Every process it started is stopped at the end."""
-    import signal
-
     connfile = tmp_path / "run.json"
     proc = subprocess.Popen([PY, "-m", "shoal", "head", "--bind", "tcp://127.0.0.1:0",
                              "--connection-file", str(connfile)],
@@ -43,14 +42,7 @@ def head(tmp_path):
         return a
 
     yield connfile, proc, add_agent
-    for p in [*agents, proc]:
-        p.send_signal(signal.SIGTERM)
-    for p in [*agents, proc]:
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+    stop_procs([*agents, proc])
 
 
 def shoal_pids() -> set[int]:
@@ -98,3 +90,17 @@ def pid_alive(pid: int) -> bool:
             return fh.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def stop_procs(procs: list, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+    """Send ``sig`` to each process still running (in the order given), then wait for each,
+    SIGKILLing one that outlives ``timeout``."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(sig)
+    for p in procs:
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

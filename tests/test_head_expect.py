@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 
 from shoal import Executor
 
-from .conftest import PY
+from .conftest import PY, stop_procs
 
 
 def agent_pid(_):
@@ -45,11 +44,4 @@ def test_expect_agents_holds_dispatch_until_they_joined(tmp_path):
             a2 = agent()
             assert {f.result(60) for f in futs} == {a1.pid, a2.pid}  # spread over both
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_procs(procs)

@@ -25,6 +25,7 @@ from shoal import Executor
 from shoal.service.sandbox import Limits
 from shoal.service.sandbox_cmd import task_check, task_run
 from shoal.service.sandbox_host import host
+from tests.conftest import stop_procs
 from tests.script.script_helpers import needs_nco, run_bash, snapshot, write_model
 from tests.test_serve_api import NCO_SCRIPT
 from tests.test_serve_common import needs_aiohttp, needs_sandbox, serve  # noqa: F401
@@ -57,14 +58,7 @@ def runtime(tmp_path_factory: pytest.TempPathFactory):
             ex.wait_for_agents(2, timeout=30)
         yield connfile
     finally:
-        for p in procs[::-1]:  # agents first; SIGINT: at once, no drain
-            p.send_signal(signal.SIGINT)
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_procs(procs[::-1], signal.SIGINT)  # agents first; SIGINT: at once, no drain
 
 
 def _job_processes(*needles: str) -> list[str]:

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from shoal import Command, Executor
+from tests.conftest import stop_procs
 from tests.test_progress import plain, run_on_pty
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -125,15 +126,7 @@ def test_a_lost_agent_and_a_retry_show_as_failed_attempts(tmp_path):
             lost.cancel()
             ex.shutdown(wait=False, cancel_futures=True)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_procs(procs)
 
 
 def test_watch_redraws_on_a_terminal_until_ctrl_c(head):
