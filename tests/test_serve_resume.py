@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.failures.harness import freeze_tree
 from tests.script.script_helpers import run_bash, snapshot
 from tests.test_serve_common import needs_aiohttp, needs_sandbox, serve  # noqa: F401
 
@@ -33,29 +34,6 @@ wc -l ran_*.log > counts.txt
 echo "all done"
 """
 INPUTS = {f"{c}.dat": f"{c}1\n{c}3\n{c}2\n".encode() for c in "abcdef"}
-
-
-def _descendants(root: int) -> dict[int, bytes]:
-    """pid -> start time of every process below ``root`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    start: dict[int, bytes] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(name))
-        start[int(name)] = fields[19]
-    out: dict[int, bytes] = {}
-    stack = [root]
-    while stack:
-        for c in children.get(stack.pop(), []):
-            out[c] = start[c]
-            stack.append(c)
-    return out
 
 
 def _job_groups(service: int) -> list[Path]:
@@ -83,51 +61,17 @@ def _finished(plan_file: Path, st_dir: Path) -> set[str]:
     return out
 
 
-def _freeze(root: int, with_root: bool = False) -> dict[int, bytes]:
-    """SIGSTOP every process below ``root`` (and ``root`` itself first, ``with_root``);
-    pid -> start. A process is stopped only when its state says so (kill() returns before):
-    until then it may still fork, so the tree is listed again until nothing new appears."""
-    stopped: dict[int, bytes] = {}
-    if with_root:
-        stopped[root] = _start_of(root)
-        _stop_now(root)
-    deadline = time.monotonic() + 10
-    while True:
-        new = {p: t for p, t in _descendants(root).items() if p not in stopped}
-        if not new:
-            return stopped
-        for p in new:
-            try:
-                os.kill(p, signal.SIGSTOP)
-            except ProcessLookupError:
-                pass
-        stopped.update(new)
-        for p in new:
-            _stop_now(p, deadline)
-
-
-def _start_of(pid: int) -> bytes:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        return f.read().rsplit(b")", 1)[1].split()[19]
-
-
-def _stop_now(pid: int, deadline: float | None = None) -> None:
-    """SIGSTOP ``pid`` (again) and wait until it is stopped or gone."""
-    deadline = deadline or time.monotonic() + 10
-    try:
-        os.kill(pid, signal.SIGSTOP)
-    except ProcessLookupError:
-        return
-    while time.monotonic() < deadline:
+def _freeze(root: int) -> dict[int, bytes]:
+    """SIGSTOP ``root`` and every process below it (tests.failures.harness.freeze_tree: a
+    process forking as it is stopped leaves nothing outside); pid -> start time."""
+    out: dict[int, bytes] = {}
+    for pid in freeze_tree(root):
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
+                out[pid] = f.read().rsplit(b")", 1)[1].split()[19]
         except OSError:
-            return
-        if state in (b"T", b"t", b"Z", b"X"):
-            return
-        time.sleep(0.002)
-    raise AssertionError(f"process {pid} did not stop")
+            pass
+    return out
 
 
 def _alive(pid: int, started: bytes) -> bool:
@@ -168,7 +112,7 @@ def test_kill_9_of_the_service_then_the_job_resumes(serve, tmp_path: Path) -> No
     pid = srv.proc.pid
     # stop the job's processes first, so that what had finished at the kill is known exactly
     # (a command caught between its write and its status record may run again, by design)
-    procs = _freeze(pid)
+    procs = _freeze(pid)  # the service too; it is killed next
     assert any(b"bwrap" in Path(f"/proc/{p}/cmdline").read_bytes() for p in procs
                if _alive(p, procs[p])), "no sandbox under the service"
     finished = _finished(plan_file, st_dir)
@@ -309,7 +253,7 @@ def test_a_chain_cut_midway_skips_its_finished_commands(tmp_path: Path) -> None:
     while not (st_dir / "1").exists():  # echo and sort done, the sleep running
         assert time.monotonic() < deadline and p.poll() is None, "the runner did not start"
         time.sleep(0.05)
-    procs = _freeze(p.pid, with_root=True)  # the runner too: it must start nothing more
+    procs = _freeze(p.pid)  # the runner too: it must start nothing more
     assert not (st_dir / "2").exists() and not (work / "b.txt").exists()
     for pid in procs:
         os.kill(pid, signal.SIGKILL)
