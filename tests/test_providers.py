@@ -262,3 +262,17 @@ def test_the_pbs_agent_line_runs_as_written() -> None:
     host = subprocess.run(["hostname", "-s"], text=True, capture_output=True).stdout.strip()
     assert r.stdout.split() == ["agent", "--connect", "/r.json", "--idle-timeout", "60",
                                 "--walltime", "3600", "--name", f"alloc-1234.pbs01-{host}"]
+
+
+def test_a_jobs_last_line_skips_the_batch_systems_cancel_notice(tmp_path) -> None:
+    """When shoal cancels a job that never joined, Slurm appends its own notice; the error
+    names the job's last own line instead (what the user needs to see)."""
+    from shoal.cli.alloc import _tail
+    out = tmp_path / "shoal-alloc-9.out"
+    out.write_text("waiting\n\nslurmstepd-n1: error: *** JOB 9 ON n1 CANCELLED AT "
+                   "2026-11-24T00:16:44 ***\n")
+    assert _tail(str(out)) == "waiting"
+    out.write_text("slurmstepd-n1: error: *** JOB 9 ON n1 CANCELLED AT 2026-11-24T00:16:44 ***\n")
+    assert _tail(str(out)) == ""
+    out.write_text("module: python/3.11 not found\n")
+    assert _tail(str(out)) == "module: python/3.11 not found"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import shlex
 import signal
 import sys
@@ -180,8 +181,14 @@ def _output(job: Job) -> str:
     return f"output {job.output}" + (f": {tail!r}" if tail else " (missing or empty)")
 
 
+# The batch system's own notice that a job was cancelled (Slurm's slurmstepd writes one into
+# the output when we cancel a job that never joined): it would hide the job's last own line.
+_CANCEL_NOTICE = re.compile(r"\*\*\* (JOB|STEP) [\w.]+ ON \S+ CANCELLED AT ")
+
+
 def _tail(path: str, limit: int = 200) -> str:
-    """The last non-empty line of a job's output file ('' when there is none)."""
+    """The last non-empty line of a job's output file ('' when there is none), skipping the
+    batch system's cancel notice."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -189,7 +196,7 @@ def _tail(path: str, limit: int = 200) -> str:
             lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines()]
     except OSError:
         return ""
-    lines = [ln for ln in lines if ln]
+    lines = [ln for ln in lines if ln and not _CANCEL_NOTICE.search(ln)]
     return lines[-1][-limit:] if lines else ""
 
 
