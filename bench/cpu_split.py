@@ -15,6 +15,11 @@ CPU time, unlike wall time, stays comparable on a shared machine: when other wor
 cores, each process waits longer but spends about the same CPU. On 2 cores a short-command
 workload (W2) is bound by the CPU every process and every command spend, so the totals say
 where its wall time goes; the command's own children are what is left of the total.
+
+``--switches`` adds each role's voluntary context switches (``/proc/PID/status``): every one
+is a sleep and a wake-up, and on a virtual machine a wake-up across CPUs costs far more CPU
+than the system call behind it (about 20 us a round trip on the 2-core VM of issue 13,
+against 2 us on one CPU), so they count as much as the Python work per message.
 Standard library only.
 """
 
@@ -56,8 +61,23 @@ def _role(cmdline: str) -> str:
     return "other"
 
 
+def _switches(pid: int) -> int:
+    """Voluntary context switches of ``pid`` (its threads' included), or -1."""
+    n = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        n += int(line.split()[1])
+    except (OSError, ValueError):
+        return -1
+    return n
+
+
 def measure(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
-    """One run: CPU seconds per role, the total (children included) and the wall time."""
+    """One run: CPU seconds per role, the total (children included) and the wall time;
+    ``sw:ROLE``: voluntary context switches per role."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     # Not in the caller's directory: `python -m shoal.head/agent` put their working
@@ -86,18 +106,22 @@ def measure(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
             except OSError:
                 continue
             parent[k] = table[k][0]
-            entry = seen.setdefault(k, [cmdline, 0.0, 0])
+            entry = seen.setdefault(k, [cmdline, 0.0, 0, 0])
             entry[2] += 1
             if cmdline:
                 entry[0] = cmdline  # after exec: the real program
             entry[1] = max(entry[1], table[k][1])
+            if entry[2] >= 3:  # not a command caught between spawn and exec
+                entry[3] = max(entry[3], _switches(k))
         time.sleep(0.01)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = {"wall": wall, "total": (after.ru_utime + after.ru_stime)
            - (before.ru_utime + before.ru_stime), "client": 0.0, "head": 0.0, "agent": 0.0}
     out["agent+"] = 0.0
-    for pid, (cmdline, cpu, polls) in seen.items():
+    for role in ("client", "head", "agent", "agent+"):
+        out["sw:" + role] = 0.0
+    for pid, (cmdline, cpu, polls, switches) in seen.items():
         role = "client" if pid == p.pid else _role(cmdline)
         if polls < 3 and pid != p.pid:
             role = "other"  # a command caught between its spawn and its exec
@@ -105,6 +129,7 @@ def measure(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
             role = "agent+"  # forked by the agent: its spawn helper and its workers
         if role != "other":
             out[role] += cpu
+            out["sw:" + role] += switches
     if p.returncode != 0:
         print(f"warning: exit status {p.returncode}", file=sys.stderr)
     return out
@@ -114,6 +139,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--trees", required=True, help="comma-separated source trees (PYTHONPATH)")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--switches", action="store_true",
+                    help="also each role's voluntary context switches (sleeps and wake-ups)")
     ap.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the command to run")
     args = ap.parse_args()
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
@@ -127,13 +154,16 @@ def main() -> int:
             env = dict(os.environ, PYTHONPATH=t if not extra else t + os.pathsep + extra)
             runs[t].append(measure(cmd, env))
     keys = ["client", "head", "agent", "agent+", "total", "wall"]
+    if args.switches:
+        keys += ["sw:client", "sw:head", "sw:agent", "sw:agent+"]
     print(f"median of {args.rounds} alternating rounds, CPU seconds (wall: seconds); "
           f"load {os.getloadavg()[0]:.1f}")
     print("| tree | " + " | ".join(keys) + " |")
     print("|---" * (len(keys) + 1) + "|")
     for t in trees:
         vals = [statistics.median(r[k] for r in runs[t]) for k in keys]
-        print(f"| {t} | " + " | ".join(f"{v:.2f}" for v in vals) + " |")
+        print(f"| {t} | " + " | ".join(f"{v:.0f}" if k.startswith("sw:") else f"{v:.2f}"
+                                        for k, v in zip(keys, vals, strict=True)) + " |")
     return 0
 
 
