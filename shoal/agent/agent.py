@@ -329,13 +329,7 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
         for w in self.workers.values():
             if w.ready:
                 window += len(w.blocked) + extra
-        if self.cmd_mean < QUEUE_TARGET_S:  # short commands: queue enough to cover a round trip
-            deep = min(QUEUE_MAX, int(self.slots * QUEUE_TARGET_S / max(self.cmd_mean, 1e-5)))
-            # the mean moves with every command; the window grows at once but shrinks only
-            # when far too big, so it is not re-sent after every command
-            if deep > self.cmd_deep or deep < self.cmd_deep // 4:
-                self.cmd_deep = deep
-            window += self.cmd_deep
+        window += self._command_window()  # short commands: a deeper window (commands.py)
         if window != self.sent_window:
             self.sent_window = window
             self.window_to_send = window
