@@ -27,6 +27,13 @@ that many: a pidfd and two memfds each): the kernel copies the descriptor table 
 spawn and the child closes the close-on-exec ones at exec.
 
 Per command: wall time, the parent's CPU and the children's CPU (``RUSAGE_CHILDREN``).
+
+``--wake`` measures instead what one sleep and wake-up costs: two processes passing a byte
+back and forth over pipes, free to run on any CPU and then both pinned to one. Every
+message between shoal's processes, every command's exit and every ``posix_spawn`` (whose
+parent sleeps until the child has exec'd) is such a wake-up; on a virtual machine one
+across CPUs costs tens of microseconds of CPU (an inter-processor interrupt, an idle CPU
+halted and woken), one on the same CPU a few.
 """
 
 from __future__ import annotations
@@ -226,6 +233,33 @@ def run_helper(n: int, par: int, capture: bool) -> tuple[float, float, float]:
     return wall, _cpu_self() - s0, _cpu_children() - k0
 
 
+def wake_cost(n: int) -> None:
+    """Round trips of one byte between two processes: wall and CPU per round trip."""
+    for label, cpus in (("any CPU", None), ("one CPU", {min(os.sched_getaffinity(0))})):
+        old = os.sched_getaffinity(0)
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        r1, w1 = os.pipe()
+        r2, w2 = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            for _ in range(n):
+                os.read(r1, 1)
+                os.write(w2, b"x")
+            os._exit(0)
+        s0, t0 = _cpu_self(), time.perf_counter()
+        for _ in range(n):
+            os.write(w1, b"x")
+            os.read(r2, 1)
+        wall, cpu = time.perf_counter() - t0, _cpu_self() - s0
+        os.waitpid(pid, 0)
+        for fd in (r1, w1, r2, w2):
+            os.close(fd)
+        os.sched_setaffinity(0, old)
+        print(f"{label}: {wall / n * 1e6:.1f} us wall, {cpu / n * 1e6:.1f} us of this "
+              "process's CPU per round trip (a sleep and a wake-up each side)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("-n", type=int, default=2000, help="commands per measurement")
@@ -234,7 +268,12 @@ def main() -> int:
     ap.add_argument("--fds", default="0", help="extra open descriptors, comma-separated")
     ap.add_argument("--variants",
                     default="c,py,pidfd,sigchld,agent,agent-capture,helper,helper-capture")
+    ap.add_argument("--wake", action="store_true",
+                    help="measure the cost of a sleep and wake-up instead (module docstring)")
     args = ap.parse_args()
+    if args.wake:
+        wake_cost(args.n * 10)
+        return 0
     work = tempfile.mkdtemp(prefix="spawn-floor-")
     variants = [v for v in args.variants.split(",") if v]
     exe = build_c(work) if "c" in variants else None
