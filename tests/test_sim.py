@@ -200,3 +200,26 @@ def test_stated_estimates_order_longest_first_and_the_true_durations_run():
     assert off.makespan_s < base.makespan_s
     with pytest.raises(sim.WorkloadError, match=r"tasks #1.estimate: expected true or false"):
         wl([{**tasks[0], "estimate": "yes"}])
+
+
+@pytest.mark.parametrize("cap", [100, 10**9])
+def test_a_huge_submission_starts_running_before_it_is_all_read(monkeypatch, tmp_path, cap):
+    """The head's turn ends once TURN_TASKS submitted tasks wait (here 100; 50,000 in a run):
+    what is read is placed and starts, the rest is read on the next turn. Without the cap the
+    two long tasks, submitted last, would start first (longest first over the whole turn)."""
+    from shoal.sim import engine
+
+    monkeypatch.setattr(engine, "TURN_TASKS", cap)
+    w = sim.parse({"order": "in-order", "agents": {"count": 1, "cores": 2},
+                   "head": {"cost": "zero", "latency_s": 0.0, "prefetch": 0},
+                   "client": {"submit_batch": 50},
+                   "tasks": [{"count": 200, "duration_s": 1.0, "estimate": True},
+                             {"count": 2, "duration_s": 100.0, "estimate": True}]})
+    path = tmp_path / "sim.trace"
+    r = sim.simulate(w, trace=str(path))
+    assert (r.ok, r.unfinished) == (202, 0)
+    t = trace.read(path)
+    long_starts = sorted(a.started - t.header["epoch"] for a in t.attempts if a.ended - a.started > 50)
+    # capped: the first turn read 100 short tasks and ran two; the long ones, read on the
+    # next turn, go first after them (longest first over what is queued)
+    assert long_starts == pytest.approx([1.0, 1.0] if cap == 100 else [0.0, 0.0])

@@ -19,7 +19,7 @@ from typing import Any
 import zmq
 
 from shoal._sys import alive
-from shoal.head.core import T_FID, T_KIND, Decisions, SchedulerCore
+from shoal.head.core import T_FID, T_KIND, TURN_TASKS, Decisions, SchedulerCore
 from shoal.head.journal import Journal, JournalError
 from shoal.head.need import DISPATCHED
 from shoal.head.status import StatusBook
@@ -183,8 +183,8 @@ class Head:
                         except zmq.Again:
                             break
                         self._handle(frames)
-                        if not self.running:
-                            break
+                        if not self.running or self.core.unfilled >= TURN_TASKS:
+                            break  # (a huge submission: place what is read, read on after)
                     self._flush()
                 elif self.tracer is not None:
                     self.tracer.flush()

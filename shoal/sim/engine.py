@@ -30,7 +30,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from shoal.head.core import SchedulerCore
+from shoal.head.core import TURN_TASKS, SchedulerCore
 from shoal.sim.workload import Workload
 from shoal.transport.protocol import CMD, OK
 
@@ -284,7 +284,10 @@ class Simulator:
         out: dict[bytes, list[list[Any]]] = {}
         cpu = 0.0
         clock = time.thread_time
-        for who, kind, body in msgs:
+        for i, (who, kind, body) in enumerate(msgs):
+            if core.unfilled >= TURN_TASKS:  # as the server: place these, read on next turn
+                self.inbox[:0] = msgs[i:]
+                break
             if kind == 2:  # RESULTS
                 if tracer is not None:
                     tracer.results(who, body)
