@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import io
 import pickle
+import types
 import weakref
+from collections import ChainMap
 from collections.abc import Callable
 from typing import Any
 
@@ -128,7 +130,19 @@ class _Pickler(cloudpickle.Pickler):
         return _cloudpickle_override(self, obj)  # not super(): this runs for most objects
 
 
+def _code_reduce(code: types.CodeType) -> Any:
+    """cloudpickle's reduction of a code object, keeping its file name: cloudpickle 3.1.3
+    writes ``<dynamic-code>`` there, and a remote traceback of a function sent by value
+    (one defined in ``__main__``) then shows no source line."""
+    fn, args = _cloudpickle_code_reduce(code)
+    return fn, tuple(code.co_filename if a == "<dynamic-code>" else a for a in args)
+
+
 _cloudpickle_override = cloudpickle.Pickler.reducer_override
+_cloudpickle_code_reduce = cloudpickle.Pickler.dispatch_table[types.CodeType]
+# one level of lookup, as cloudpickle's own (the pickler asks it for most objects)
+_Pickler.dispatch_table = ChainMap(  # type: ignore[misc]
+    {types.CodeType: _code_reduce}, *cloudpickle.Pickler.dispatch_table.maps)
 _own_reduce: dict[type, Any] = {}  # metaclass -> its own __reduce__, or False
 
 
