@@ -168,3 +168,101 @@ def test_a_runtime_aborted_as_it_starts_leaves_nothing():
     assert all(pids) and all(_gone(p) for p in pids)
     cluster.stop()
     assert not os.path.exists(cluster.rundir)
+
+
+# ---- the starter forked from the client (shoal.launch.boot.fork_starter) -----------------
+
+_CLIENT = """
+import os, sys, threading, time
+from shoal import Executor
+if sys.argv[1:] == ["thread"]:  # a second thread: the client may not fork
+    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+r, w = os.pipe()  # the write end must not reach the runtime
+sys.stdout.write("unflushed ")  # in the client's buffer (a pipe: not line-buffered) at the fork
+ex = Executor(workers=1)
+assert ex.submit(abs, -3).result(timeout=60) == 3
+from shoal import Command  # the environment reaches commands whole (see set_cmdline)
+env = ex.submit(Command(["env"])).result(timeout=60).stdout.decode().splitlines()
+assert sorted(env) == sorted(f"{k}={v}" for k, v in os.environ.items()), env
+c = ex._cluster
+print(type(c._starter.proc).__name__, c._starter.proc.pid, c.head.pid, c.agent.pid, r, w)
+sys.stdout.flush()
+os.close(w)
+os.set_blocking(r, False)
+try:
+    print("pipe", os.read(r, 1) == b"")  # EOF: nobody else holds the write end
+except BlockingIOError:
+    print("pipe held")
+sys.stdout.flush()
+sys.stdin.readline()  # the test looks at the processes now
+ex.shutdown()
+"""
+
+
+def _start_client(tmp_path, *args: str) -> tuple[subprocess.Popen[str], list[str]]:
+    prog = tmp_path / "c.py"  # a short command line: the runtime's must not be cut to it
+    prog.write_text(_CLIENT)
+    p = subprocess.Popen([PY, "c.py", *args], cwd=tmp_path, text=True, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    first = p.stdout.readline().split()  # type: ignore[union-attr]
+    second = p.stdout.readline().split()  # type: ignore[union-attr]
+    return p, first + second
+
+
+def _finish(p: subprocess.Popen[str]) -> str:
+    out, err = p.communicate("\n", timeout=60)
+    assert p.returncode == 0, err
+    return out
+
+
+def test_a_single_threaded_client_forks_a_clean_starter(tmp_path):
+    p, words = _start_client(tmp_path)
+    try:
+        assert words[:2] == ["unflushed", "_Forked"], words
+        starter, head, agent = (int(w) for w in words[2:5])
+        assert words[-2:] == ["pipe", "True"], "the runtime holds the client's descriptors"
+        assert sorted(_children(starter)) == sorted([head, agent])
+        # named as a new interpreter would be, whole, though the client's line is short
+        assert " -m shoal.head --connection " in _cmdline(head)
+        assert " -m shoal.agent --connection " in _cmdline(agent)
+        assert "shoal.launch.boot" in _cmdline(starter)
+        assert os.getsid(starter) == starter and os.getsid(head) == head
+        for pid in (starter, head, agent):  # /dev/null in, and none of the client's pipes
+            assert os.readlink(f"/proc/{pid}/fd/0") == "/dev/null"
+            pipes = {os.readlink(f"/proc/{p.pid}/fd/{words[5]}")}  # the read end
+            assert not pipes & {os.readlink(f"/proc/{pid}/fd/{fd}")
+                                for fd in os.listdir(f"/proc/{pid}/fd")}
+    finally:
+        out = _finish(p)
+    # the client's unflushed output was written once, by the client
+    assert (" ".join(words) + out).count("unflushed") == 1
+    assert all(_gone(pid) for pid in (starter, head, agent))
+
+
+def test_a_client_with_threads_starts_a_new_interpreter(tmp_path):
+    p, words = _start_client(tmp_path, "thread")
+    try:
+        assert words[:2] == ["unflushed", "Popen"], words
+        starter = int(words[2])
+        assert " -m shoal.launch.boot --status " in _cmdline(starter)
+    finally:
+        _finish(p)
+
+
+def test_shoal_fork_0_turns_the_forked_starter_off(tmp_path):
+    prog = tmp_path / "c.py"
+    prog.write_text(_CLIENT)
+    p = subprocess.Popen([PY, "c.py"], cwd=tmp_path, text=True, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env={**os.environ, "PYTHONPATH": ROOT, "SHOAL_FORK": "0"})
+    try:
+        assert p.stdout.readline().split()[:2] == ["unflushed", "Popen"]  # type: ignore[union-attr]
+    finally:
+        _finish(p)
+
+
+def test_the_batch_variables_runtime_checks_are_those_discover_reads():
+    from shoal.launch import allocation, runtime
+
+    assert runtime._BATCH_VARS == allocation.BATCH_VARS

@@ -27,12 +27,11 @@ from typing import TYPE_CHECKING, Any
 from shoal.client import options as O
 from shoal.client.link import HEARTBEAT_S, TIMEOUT_S, HeadLink
 from shoal.client.results import ordered_results, wait_all
-from shoal.task.command import Command
-from shoal.transport.connfile import Connection
 
 if TYPE_CHECKING:
     from shoal.launch.allocation import Allocation
     from shoal.launch.launchers import Launcher
+    from shoal.task.command import Command
 
 __all__ = ["AgentInfo", "Executor", "ExecutorError", "HeadLost"]
 
@@ -47,12 +46,13 @@ def _load_client() -> None:
     that the runtime's processes start while the client imports (cold start)."""
     global zmq, MapProgress, progress_delay, progress_setting, init_wrapper
     global EncodeError, Encoder, ExecutorError, HeadLost, ShoalFuture, P
-    global PeerSession, secure_client, server_key
+    global PeerSession, secure_client, server_key, Command
     import zmq
 
     from shoal.client.progress import MapProgress, progress_delay, progress_setting
     from shoal.client.workerinit import wrapper as init_wrapper
     from shoal.task.codec import EncodeError, Encoder
+    from shoal.task.command import Command
     from shoal.task.errors import ExecutorError, HeadLost
     from shoal.task.future import ShoalFuture
     from shoal.transport import protocol as P
@@ -60,7 +60,7 @@ def _load_client() -> None:
 
 
 def __getattr__(name: str) -> Any:  # the names exported before an Executor loaded them
-    if name in ("ExecutorError", "HeadLost"):
+    if name in ("ExecutorError", "HeadLost", "Command"):
         _load_client()
         return globals()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -254,6 +254,8 @@ class Executor(HeadLink, cf.Executor):
                 self._cluster.abort()
                 raise
         else:
+            from shoal.transport.connfile import Connection
+
             conn = Connection.read(connect)
             self._slots = 0
             _load_client()

@@ -69,6 +69,12 @@ class Allocation:
                 f"({names}), {self.cpus} CPUs, {self.gpus} GPUs")
 
 
+# the variables discover() looks at: without any of them (and no hostfile or hosts given)
+# there is no allocation, which shoal.launch.runtime checks without importing this module
+BATCH_VARS = ("SLURM_JOB_ID", "PBS_NODEFILE", "PE_HOSTFILE", "LSB_JOBID", "FLUX_JOB_ID",
+              "FLUX_URI")
+
+
 def discover(env: Mapping[str, str] | None = None, hostfile: str | os.PathLike[str] | None = None,
              hosts: str | None = None) -> Allocation | None:
     """The allocation this process runs in; None outside any (the local default then

@@ -15,12 +15,22 @@ and exits itself once both have. It dies with its parent (parent-death signal), 
 head and the agent with it. Each child shows its own command line (``python -m
 shoal.head ...``, ``python -m shoal.agent ...``) in ``ps``, written over the starter's,
 which holds both.
+
+When the client itself can fork safely (one thread, on Linux: :func:`can_fork_here`), the
+starter is not a new interpreter but a fork of the client (:func:`fork_starter`): it has
+the client's interpreter and imports already, which takes a fresh interpreter's start and
+most of the shared imports off a cold start's critical path. The forked starter is made
+as clean as a new process: its own session, stdin from /dev/null, no inherited
+descriptors but 0-2, default signal handlers and mask, fresh ``sys.std*`` objects (the
+client's unflushed buffers are never written twice) and no logging handlers of the
+client's; it never returns into the client's code (``os._exit``).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 
 def _preload() -> None:
@@ -42,20 +52,56 @@ def _preload() -> None:
     import shoal.transport.session  # noqa: F401
 
 
+_KEEP: list[object] = []  # what a forked starter must never free (see _clean_fork)
+
+
 def set_cmdline(words: list[str]) -> None:
     """Show ``words`` as this process's command line (``ps``, ``/proc/PID/cmdline``) by
-    writing over the original one in place, as setproctitle(3) does (cut to its length)."""
+    writing over the original one in place, as setproctitle(3) does. When they do not fit
+    (a starter forked from a client with a short command line) they run on into the
+    environment strings, which follow, after the C library's environment is copied out of
+    the way: the kernel then shows them as one string, words apart by spaces (its rule for
+    a command line whose last byte is no longer NUL). Cut to what fits otherwise."""
     try:
         import ctypes
 
         with open("/proc/self/stat", "rb") as fh:
             fields = fh.read().rsplit(b")", 1)[1].split()
-        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (proc(5))
-        data = b"\0".join(os.fsencode(w) for w in words)[: end - start - 1]
+        # arg_start, arg_end, env_start, env_end (proc(5))
+        start, end, env_start, env_end = (int(f) for f in fields[45:49])
+        data = b"\0".join(os.fsencode(w) for w in words) + b"\0"
+        if len(data) > end - start and env_start == end and len(data) < env_end - start \
+                and _move_environ(ctypes, env_start, env_end):
+            data = data[:-1].replace(b"\0", b" ") + b"\0"
+            ctypes.memmove(start, data + b"\0" * (env_end - start - len(data)),
+                           env_end - start)
+            return
+        data = data[: end - start - 1]
         data += b"\0" * (end - start - len(data))
         ctypes.memmove(start, data, len(data))
     except (OSError, ValueError, IndexError):
         pass  # no /proc, an old kernel: the starter's command line shows
+
+
+def _move_environ(ctypes: Any, env_start: int, env_end: int) -> bool:
+    """Copy every C ``environ`` string that lies in [env_start, env_end) elsewhere (once a
+    process: copies stay for its life, and its forks'), so that area may be overwritten.
+    Python's ``os.environ`` is its own copy already; this keeps getenv(3) and exec right."""
+    try:
+        environ = ctypes.c_void_p.in_dll(ctypes.CDLL(None), "environ").value
+    except (OSError, ValueError):
+        return False
+    if not environ:
+        return True
+    slots = ctypes.cast(environ, ctypes.POINTER(ctypes.c_void_p))
+    i = 0
+    while slots[i]:
+        if env_start <= slots[i] < env_end:
+            copy = ctypes.create_string_buffer(ctypes.string_at(slots[i]))
+            _KEEP.append(copy)
+            slots[i] = ctypes.addressof(copy)
+        i += 1
+    return True
 
 
 def _child(role: str, argv: list[str], connection: object, status_fd: int) -> None:
@@ -86,6 +132,7 @@ def _child(role: str, argv: list[str], connection: object, status_fd: int) -> No
 
 
 def main() -> int:
+    """``python -m shoal.launch.boot``: the starter as a new interpreter."""
     from shoal._sys import set_parent_death_signal
 
     set_parent_death_signal()  # the client's death stops the starter, and so both children
@@ -110,6 +157,11 @@ def main() -> int:
     except (OSError, ValueError) as exc:
         print(f"python -m shoal.launch.boot: {exc}", file=sys.stderr)
         return 2
+    return run(head, agent, connection, status_fd)
+
+
+def run(head: list[str], agent: list[str], connection: object, status_fd: int) -> int:
+    """Fork the head and the agent, report on ``status_fd``, reap both, return 0."""
     pids: dict[int, str] = {}
     for role, args in (("head", head), ("agent", agent)):
         pid = os.fork()
@@ -134,6 +186,98 @@ def main() -> int:
         if pids.pop(pid, None) is not None:
             tell(f"exit {pid} {status}\n")
     return 0
+
+
+def can_fork_here() -> bool:
+    """Whether this process may fork the starter instead of starting a new interpreter:
+    Linux, and only one thread (any other, a ZeroMQ I/O thread or a library's, could hold
+    a lock the child would then wait on for ever). ``SHOAL_FORK=0`` turns it off."""
+    if os.environ.get("SHOAL_FORK", "1") == "0" or not hasattr(os, "pidfd_open"):
+        return False
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
+
+
+def fork_starter(head: list[str], agent: list[str], connection: object) -> tuple[int, int]:
+    """Fork the starter from this (single-threaded) process: ``(pid, status read fd)``.
+    The child cleans itself (:func:`_clean_fork`), imports what the head and the agent
+    share, and runs :func:`run`; it never returns here."""
+    rfd, wfd = os.pipe()
+    client = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(rfd)
+            wfd = _clean_fork(wfd)
+            from shoal._sys import set_parent_death_signal
+
+            set_parent_death_signal()
+            if os.getppid() != client:
+                os._exit(1)  # the client died before the signal was set
+            set_cmdline([sys.orig_argv[0], "-m", "shoal.launch.boot", "--forked"])
+            sys.argv = ["python -m shoal.launch.boot", "--forked"]
+            _preload()
+            code = run(head, agent, connection, wfd)
+        except BaseException:  # noqa: BLE001 - report it as the interpreter would
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            try:
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+    os.close(wfd)
+    return pid, rfd
+
+
+def _clean_fork(keep: int) -> int:
+    """In a starter just forked from a client: leave nothing of the client's process
+    state that a new interpreter would not have. Returns ``keep``'s new number."""
+    import signal
+
+    os.setsid()  # its own session: a Ctrl-C at the terminal reaches only the client
+    if keep < 3:
+        keep = os.dup(keep)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.closerange(3, keep)
+    os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+    # the client's objects that own a closed descriptor must never be freed (their close
+    # would hit a descriptor this process reuses): hold the ones let go below
+    _KEEP.extend((sys.stdin, sys.stdout, sys.stderr))
+    import io
+
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 - lives as long as the process
+    sys.stdout = io.TextIOWrapper(open(1, "wb", 0, closefd=False), line_buffering=True,  # noqa: SIM115
+                                  write_through=True, errors="backslashreplace")
+    sys.stderr = io.TextIOWrapper(open(2, "wb", 0, closefd=False), line_buffering=True,  # noqa: SIM115
+                                  write_through=True, errors="backslashreplace")
+    sys.excepthook = sys.__excepthook__
+    if "logging" in sys.modules:  # the head's and agent's basicConfig must take effect
+        import logging
+
+        root = logging.getLogger()
+        _KEEP.extend(root.handlers)
+        root.handlers = []
+        logging.disable(logging.NOTSET)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    for sig in signal.valid_signals():
+        try:
+            handler = signal.getsignal(sig)
+            if sig == signal.SIGINT:
+                signal.signal(sig, signal.default_int_handler)
+            elif sig in (signal.SIGPIPE, signal.SIGXFSZ):  # as the interpreter sets them
+                signal.signal(sig, signal.SIG_IGN)
+            elif callable(handler) or handler is None:  # a handler of the client's
+                signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            continue
+    return keep
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -89,7 +88,8 @@ class LocalCluster:
         if worker_env is None and hasattr(os, "fork") and hasattr(os, "pidfd_open"):
             # the starter reads the connection before it forks either: nothing to race
             # with the head's removal of the run directory
-            self._starter = _Starter(py, head_args, ["--connection", self.connfile, *agent_args])
+            self._starter = _Starter(py, head_args, ["--connection", self.connfile, *agent_args],
+                                     self.connection)
             self.head, self.agent = self._starter.head, self._starter.agent
             self._pidfds[self._starter.fd] = self._starter
             return
@@ -199,6 +199,8 @@ class LocalCluster:
             for fd in self._pidfds:
                 os.close(fd)
         self._pidfds = {}
+        import shutil
+
         shutil.rmtree(self.rundir, ignore_errors=True)
 
 
@@ -206,18 +208,28 @@ class _Starter:
     """The starter process (shoal.launch.boot) and what it reports on its status pipe:
     the head's and the agent's pids, then their exit statuses."""
 
-    def __init__(self, py: str, head_args: list[str], agent_args: list[str]) -> None:
+    def __init__(self, py: str, head_args: list[str], agent_args: list[str],
+                 connection: Connection | None = None) -> None:
+        """``connection``: given, the starter may be forked from this process
+        (shoal.launch.boot.fork_starter) rather than started as a new interpreter."""
         import threading
 
-        rfd, wfd = os.pipe()
-        try:
-            self.proc = subprocess.Popen(
-                [py, "-m", "shoal.launch.boot", "--status", str(wfd), *head_args, "--",
-                 *agent_args],
-                stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True,
-                pass_fds=(wfd,))
-        finally:
-            os.close(wfd)
+        from shoal.launch import boot
+
+        self.proc: subprocess.Popen[bytes] | _Forked
+        if connection is not None and boot.can_fork_here():
+            pid, rfd = boot.fork_starter(head_args, agent_args, connection)
+            self.proc = _Forked(pid)
+        else:
+            rfd, wfd = os.pipe()
+            try:
+                self.proc = subprocess.Popen(
+                    [py, "-m", "shoal.launch.boot", "--status", str(wfd), *head_args, "--",
+                     *agent_args],
+                    stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True,
+                    pass_fds=(wfd,))
+            finally:
+                os.close(wfd)
         os.set_blocking(rfd, False)
         self.fd = rfd
         self._buf = b""
@@ -286,6 +298,38 @@ class _Starter:
             os.close(self.fd)
         for child in (self.head, self.agent):
             child.close()
+
+
+class _Forked:
+    """A starter forked from this process: what ``_Starter`` uses of a Popen."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._pidfd = os.pidfd_open(pid)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+                os.close(self._pidfd)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        import select
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired("python -m shoal.launch.boot", timeout or 0.0)
+            select.select([self._pidfd], [], [], left)
+        return self.returncode  # type: ignore[return-value]
+
+    def kill(self) -> None:
+        if self.poll() is None:  # not reaped: the pid is still this child's
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
 
 
 class _Child:

@@ -10,6 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from shoal.launch.local import LocalCluster
 
+# shoal.launch.allocation.BATCH_VARS, here so that a process outside any batch job does
+# not import the allocation readers (cold start)
+_BATCH_VARS = ("SLURM_JOB_ID", "PBS_NODEFILE", "PE_HOSTFILE", "LSB_JOBID", "FLUX_JOB_ID",
+               "FLUX_URI")
+
 if TYPE_CHECKING:
     from shoal.launch.allocation import Allocation
     from shoal.launch.cluster import JoinProbe
@@ -39,7 +44,8 @@ def start_runtime(*, workers: int | None = None, slots: int | None = None, prefe
     the agents' prolog, import path and directory (shoal.launch.workenv)."""
     env = os.environ if env is None else env
     owner = not env.get("SLURM_STEP_ID") and not env.get("SHOAL_NODE")  # not a task's
-    if allocation is None and (launcher is not None or interface is not None or owner):
+    if allocation is None and (launcher is not None or interface is not None or owner) \
+            and any(env.get(v) for v in _BATCH_VARS):
         from shoal.launch.allocation import discover
 
         allocation = discover(env)
