@@ -258,6 +258,13 @@ def _clean_fork(keep: int) -> int:
     sys.stderr = io.TextIOWrapper(open(2, "wb", 0, closefd=False), line_buffering=True,  # noqa: SIM115
                                   write_through=True, errors="backslashreplace")
     sys.excepthook = sys.__excepthook__
+    if "faulthandler" in sys.modules:  # the client's may write to a descriptor closed above
+        import faulthandler
+
+        if faulthandler.is_enabled():
+            faulthandler.disable()
+            if os.environ.get("PYTHONFAULTHANDLER"):
+                faulthandler.enable()
     if "logging" in sys.modules:  # the head's and agent's basicConfig must take effect
         import logging
 
