@@ -119,7 +119,8 @@ class Simulator:
         self.now = 0.0
         self.events: list[tuple[float, int, int, Any, Any]] = []
         self.seq = 0
-        self.core = SchedulerCore(clock=self._clock, big_first=wl.policy == "big-first")
+        self.core = SchedulerCore(clock=self._clock, big_first=wl.policy in ("big-first", "plan"),
+                                  plan=wl.policy == "plan")
         self.core.defer_fill = True  # as the server: a turn's submissions placed at its end
         self.measured = wl.cost == "measured"
         self.single = wl.results == "single"
