@@ -223,3 +223,64 @@ def test_a_huge_submission_starts_running_before_it_is_all_read(monkeypatch, tmp
     # capped: the first turn read 100 short tasks and ran two; the long ones, read on the
     # next turn, go first after them (longest first over what is queued)
     assert long_starts == pytest.approx([1.0, 1.0] if cap == 100 else [0.0, 0.0])
+
+
+# ---- planning against estimates (SchedulerCore(plan=True), shoal.head.planning) -----------
+LPT_LOSES = [7.0, 7.0, 6.0, 5.0, 5.0, 4.0, 3.0, 3.0, 2.0]  # 42 core-s on 4 cores: >= 10.5 s
+
+
+def _lpt_case(policy: str) -> sim.SimResult:
+    groups = [{"count": 1, "duration_s": d, "estimate": True} for d in LPT_LOSES]
+    return sim.simulate(wl(groups, agents=1, cores=4, prefetch=0, policy=policy))
+
+
+def test_a_plan_in_time_beats_longest_first_where_the_greedy_order_loses():
+    # Longest first (the core's order for estimated tasks): 7, 7, 6, 5 start; as cores free,
+    # the longest left: 5 at 5 (ends 10), 4 at 6 (10), 3 and 3 at 7 (10): the 2 s task is
+    # alone from 10 to 12. The plan packs to the shortest horizon that holds everything,
+    # 11: 2+4+5, 3+7, 3+7, 5+6.
+    for policy in ("fifo", "big-first"):
+        r = _lpt_case(policy)
+        assert r.ok == 9 and r.makespan_s == pytest.approx(12.0)
+    r = _lpt_case("plan")
+    assert (r.ok, r.failed, r.unfinished) == (9, 0, 0)
+    assert r.makespan_s == pytest.approx(11.0)
+    assert r.busy_core_s == pytest.approx(42.0)
+
+
+def test_a_plan_is_given_up_when_the_estimates_miss_and_every_task_still_runs():
+    groups = [{"count": 400, "duration_s": [1.0, 2.0], "estimate": True, "estimate_error": 0.5}]
+    s = sim.Simulator(wl(groups, agents=4, cores=4, prefetch=0, policy="plan"))
+    r = s.run()
+    assert (r.ok, r.failed, r.unfinished) == (400, 0, 0)
+    assert s.core.plan_runs == 1 and s.core.plan_dropped is not None
+    exact = sim.Simulator(wl([{**groups[0], "estimate_error": 0.0}], agents=4, cores=4,
+                             prefetch=0, policy="plan"))
+    r = exact.run()
+    assert r.ok == 400 and exact.core.plan_dropped is None
+    assert r.core_util > 0.97
+
+
+def test_planned_tasks_survive_an_agent_leaving_and_tasks_without_estimates_still_run():
+    core = SchedulerCore(plan=True, big_first=True)
+    a, b, owner = b"a", b"b", b"client"
+    for name in (a, b):
+        core.add_agent(name, 2)
+        core.set_window(name, 2)
+
+    def spec(tid: int, est: float | None) -> list:
+        return [tid, P.CMD, 0, b"", [], 1, -1, None, {"estimate": est} if est else None]
+
+    d = core.submit([spec(i, float(i)) for i in range(1, 9)] + [spec(9, None)], owner)
+    assert core.plan_runs == 1
+    running = {name: [s[0] for s in d.dispatch.get(name, [])] for name in (a, b)}
+    assert sum(len(x) for x in running.values()) == 4  # every core, no prefetch
+    d = core.remove_agent(b, "gone", lost=False)  # its tasks come back and are planned again
+    done: list[int] = []
+    todo = [s[0] for s in d.dispatch.get(a, [])] + running[a]
+    while todo:
+        tid = todo.pop(0)
+        done.append(tid)
+        todo += [s[0] for s in core.finished(a, [[tid, P.OK, b"", None]]).dispatch.get(a, [])]
+    assert sorted(done) == list(range(1, 10))
+    assert core.queued() == 0 and not core.tasks

@@ -26,11 +26,18 @@ virtual time and dispatch by that layout:
   it, except that a later one may go first if it fits now and, by the estimates, ends
   before the blocked one could start (EASY backfilling, Lifka 1995: the blocked task is
   never delayed by it). With exact estimates the run replays the plan.
-- **Replanning**: new estimated tasks (a submission, a retry, a task handed back), agents
-  joining or leaving, or an agent whose planned tasks ran out while others still wait
-  (estimates off: the plan's layout no longer holds) make the next turn plan again, from
-  the running tasks' expected ends; idle agents replan at most once per
-  ``REPLAN_SHARE`` of the plan's horizon.
+- **A submission read in several turns** (a turn ends at ``core.TURN_TASKS`` submitted
+  tasks): the core waits for the rest (up to ``PLAN_HOLD_TURNS`` turns) and plans it all
+  at once; a plan of the first part would fill the agents with it.
+- **Replanning**: new estimated tasks (a submission, a retry, a task handed back) or agents
+  joining or leaving make the next turn plan again, from the running tasks' expected ends.
+- **Giving up**: a plan is only as good as its estimates. Each planned task's result is
+  compared with its expected end; once they miss by more than ``DEVIATION`` of the
+  estimate on average (over at least ``DEVIATION_N`` results), the planned tasks go back to
+  the usual queues (longest first, big first) and the core stops planning
+  (``plan_dropped``: the clock then). A task's error then adds up along the plan's chains
+  (two large tasks planned one after the other on the same cores both running long),
+  where the usual path decides the second one when the first has really ended.
 
 Only tasks with an estimate and at most cores and GPUs are planned (no MPI ranks,
 memory, exclusive or placement); the others keep the core's usual path in the room the
@@ -55,8 +62,10 @@ if TYPE_CHECKING:
 
 INF = float("inf")
 BACKFILL_SCAN = 32      # planned tasks behind a blocked one that may go first (EASY)
-REPLAN_SHARE = 0.02     # an idle agent replans at most once per this share of the horizon
-SEARCH_STEPS = 5        # bisections of the horizon once a fitting one is known
+DEVIATION = 0.05        # the plan is given up once planned tasks' ends miss their estimates
+DEVIATION_N = 32        # by more than this share of them on average (over at least N)
+PLAN_HOLD_TURNS = 20    # turns cut short by core.TURN_TASKS that wait for the rest (1M tasks)
+SEARCH_STEPS = 4        # bisections of the horizon once a fitting one is known
 
 # (cores, gpus, busy): an agent's capacity and what runs there, [(end, cores, gpus)] with
 # ends relative to now (INF: unknown)
@@ -113,8 +122,10 @@ def _pack_node(cap_c: int, cap_g: int, busy: list[tuple[float, int, int]], horiz
         ev = [(e, c, g) for e, c, g in busy if e < INF]
         heapq.heapify(ev)
         t = 0.0
+        min_c = min(k[0] for k in lkeys)
+        min_g = min(k[1] for k in lkeys)
         while left[0] and t < horizon:
-            while True:
+            while free_c >= min_c and free_g >= min_g:
                 best = None
                 room = horizon - t
                 for key in lkeys:
@@ -136,7 +147,8 @@ def _pack_node(cap_c: int, cap_g: int, busy: list[tuple[float, int, int]], horiz
                 push(ev, (t + dur, key[0], key[1]))
                 committed.append((t, t + dur, key[0], key[1]))
                 out.append((t, tid))
-                end = max(end, t + dur)
+                if t + dur > end:
+                    end = t + dur
             if not ev:
                 break
             t, c, g = pop(ev)
@@ -161,9 +173,10 @@ def _pack_small(cap_c: int, cap_g: int, horizon: float,
     bisect_right, push, pop = bisect.bisect_right, heapq.heappush, heapq.heappop
     segs = _profile(committed)
     nseg = len(segs)
-    dmin = min((pools[k][0][0] for k in skeys if pools[k][0]), default=None)
-    if dmin is None:
+    shapes = [(c, g, *pools[(c, g)]) for c, g in skeys if pools[(c, g)][0]]
+    if not shapes:
         return end
+    dmin = min(x[2][0] for x in shapes)
     used_c = used_g = 0
     sev: list[tuple[float, int, int]] = []
     t, si = 0.0, 0
@@ -174,22 +187,21 @@ def _pack_small(cap_c: int, cap_g: int, horizon: float,
         fg = cap_g - segs[si][2] - used_g
         while fc > 0:
             best = None
-            for key in skeys:
-                c, g = key
-                if c > fc or g > fg:
-                    continue
-                durs = pools[key][0]
-                if not durs:
+            bscore = 0.0
+            for shape in shapes:
+                c, g, durs, _ = shape
+                if c > fc or g > fg or not durs:
                     continue
                 # the gap: until the committed use leaves no room for it, or the horizon
                 gap = horizon - t
                 for j in range(si + 1, nseg):
-                    if segs[j][1] + used_c + c > cap_c or segs[j][2] + used_g + g > cap_g:
-                        gap = segs[j][0] - t
+                    seg = segs[j]
+                    if seg[1] + used_c + c > cap_c or seg[2] + used_g + g > cap_g:
+                        gap = seg[0] - t
                         break
                 if gap < durs[0]:
                     continue
-                kk = max(1, int(gap // dmin))
+                kk = int(gap // dmin) or 1
                 k = bisect_right(durs, gap / kk) - 1
                 while k < 0 and kk > 1:
                     kk -= 1
@@ -197,25 +209,27 @@ def _pack_small(cap_c: int, cap_g: int, horizon: float,
                 if k < 0:
                     continue
                 score = durs[k] * kk / gap
-                if best is None or score > best[0] or (score == best[0] and c > best[1][0]):
-                    best = (score, key, k)
+                if best is None or score > bscore or (score == bscore and c > best[0]):
+                    best, bk, bscore = shape, k, score
             if best is None:
                 break
-            _, key, k = best
-            durs, tids = pools[key]
-            dur = durs.pop(k)
-            tid = tids.pop(k)
-            used_c += key[0]
-            used_g += key[1]
-            fc -= key[0]
-            fg -= key[1]
-            push(sev, (t + dur, key[0], key[1]))
-            out.append((t, tid))
-            end = max(end, t + dur)
-            if durs and durs[0] < dmin:
-                dmin = durs[0]
-            elif not durs:
-                dmin = min((pools[k2][0][0] for k2 in skeys if pools[k2][0]), default=INF)
+            c, g, durs, tids = best
+            dur = durs.pop(bk)
+            out.append((t, tids.pop(bk)))
+            used_c += c
+            used_g += g
+            fc -= c
+            fg -= g
+            push(sev, (t + dur, c, g))
+            if t + dur > end:
+                end = t + dur
+            if not durs:
+                shapes = [x for x in shapes if x[2]]
+                if not shapes:
+                    return end
+                dmin = min(x[2][0] for x in shapes)
+            elif bk == 0 and dur == dmin:
+                dmin = min(x[2][0] for x in shapes if x[2])
         nxt = segs[si + 1][0] if si + 1 < nseg else INF
         if sev and sev[0][0] <= nxt:
             t, c, g = pop(sev)
@@ -228,8 +242,6 @@ def _pack_small(cap_c: int, cap_g: int, horizon: float,
         elif nxt < INF:
             t = nxt
         else:
-            break
-        if dmin == INF:
             break
     return end
 
@@ -274,7 +286,7 @@ def plan_search(nodes: list[NodeIn], tasks: list[TaskIn]
     pools = _pools(tasks)
     best: tuple[list[list[tuple[float, int]]], float] | None = None
     tries = 0
-    bad, good, step = lo, None, 0.005
+    bad, good, step = lo, None, 0.01
     while good is None:  # upward from the bound until everything fits
         h = lo * (1 + step)
         plans, left, last = pack(nodes, tasks, h, pools)
@@ -296,6 +308,10 @@ def plan_search(nodes: list[NodeIn], tasks: list[TaskIn]
                 best = (plans, last)
     assert best is not None
     return best[0], best[1], tries
+
+
+def _seq(t: Task) -> int:
+    return t.seq
 
 
 class Planning:
@@ -327,10 +343,51 @@ class Planning:
         self._plan_end: dict[int, float] = {}        # dispatched by the plan -> expected end
         self._plan_n = 0                             # tasks in the usual queues after a turn
         self._plan_stale = False                     # agents changed: plan again
-        self._plan_h = 0.0                           # the plan's horizon (clock time)
-        self._plan_at = -INF                         # when it was made
+        self._plan_h = 0.0                           # the plan's last end (clock time)
         self.plan_runs = 0                           # plans made
         self.plan_tries = 0                          # packings tried for them
+        self.plan_dropped: float | None = None       # when the plan was given up (clock)
+        self._plan_holds = 0                         # turns held (core.fill, PLAN_HOLD_TURNS)
+        self._dev_sum = 0.0                          # |end - expected| / estimate, summed
+        self._dev_n = 0
+        if plan:  # (an instance attribute: the default path pays nothing for it)
+            self.finished = self._finished_planned  # type: ignore[method-assign]
+
+    def _finished_planned(self, agent_name: bytes, results: list[list[Any]]) -> Decisions:
+        """``finished`` in plan mode: how far planned tasks' ends were from their estimates
+        first (module docstring, "Giving up")."""
+        ends = self._plan_end
+        if ends and self.plan_dropped is None:
+            now = self.clock()
+            tasks = self.tasks
+            for item in results:
+                e = ends.pop(item[0], None)
+                t = tasks.get(item[0])
+                if e is None or t is None or t.agent != agent_name:
+                    continue
+                est = float(t.opts["estimate"] or 0)  # type: ignore[index]
+                if est > 0:
+                    self._dev_sum += abs(now - e) / est
+                    self._dev_n += 1
+            if self._dev_n >= DEVIATION_N and self._dev_sum > DEVIATION * self._dev_n:
+                self._drop_plan()
+        return type(self).finished(self, agent_name, results)  # type: ignore[attr-defined]
+
+    def _drop_plan(self) -> None:
+        """Estimates are off: planned tasks back to the usual queues, no more plans."""
+        self.plan_dropped = self.clock()
+        tasks, back = self.tasks, []
+        for q in self._plans.values():
+            for tid in q:
+                t = tasks.get(tid)
+                if t is not None and t.state == QUEUED:
+                    back.append(t)
+        self._plans = {}
+        self._nplan = 0
+        back.sort(key=_seq)
+        self._park(back)
+        for a in self.agents.values():
+            self._mark(a)
 
     # ---- taking tasks in ---------------------------------------------------------------
     @staticmethod
@@ -436,7 +493,6 @@ class Planning:
         self.plan_runs += 1
         self.plan_tries += tries
         self._plan_h = now + last
-        self._plan_at = now
         placed = set()
         for a, plan in zip(live, plans, strict=True):
             if plan:
@@ -450,17 +506,14 @@ class Planning:
     def _park(self, back: list[Task]) -> None:
         """Tasks the plan does not hold: back to the usual queues."""
         for t in back:
-            if t.need is not None:
-                self._push_shaped(t)  # type: ignore[attr-defined]
-            else:
-                self.ready.append(t.tid)
-                if self._top is None:
-                    self._top = UNKNOWN
+            self._push(t)  # type: ignore[attr-defined]
 
     # ---- dispatch ------------------------------------------------------------------------
     def _plan_turn(self, d: Decisions) -> bool:
         """Plan if something changed, dispatch what the plan has ready; True when the usual
         queues hold nothing (the caller's usual fill has nothing to do)."""
+        if self.plan_dropped is not None:
+            return False
         n = len(self.ready) + self._nlower + self.nshaped
         replanned = False
         if n > self._plan_n or self._plan_stale:
@@ -475,30 +528,20 @@ class Planning:
                 names = list(self._plans)
             else:
                 names = [x for x in dirty if x in self._plans]
-            idle = False
             for name in names:
                 a = self.agents.get(name)
                 if a is not None and not a.draining:
-                    idle = self._plan_fill(a, d) or idle
+                    self._plan_fill(a, d)
             if not (self.ready or self._lower or self.nshaped or self.placed):
                 dirty.clear()
-            if idle and not replanned and self._nplan:
-                now = self.clock()
-                if now - self._plan_at >= REPLAN_SHARE * max(self._plan_h - self._plan_at, 0.0):
-                    self._replan([])
-                    for name in list(self._plans):
-                        a = self.agents.get(name)
-                        if a is not None:
-                            self._plan_fill(a, d)
         self._plan_n = len(self.ready) + self._nlower + self.nshaped
         return not (self.ready or self._lower or self.nshaped or self.placed)
 
-    def _plan_fill(self, a: AgentState, d: Decisions) -> bool:
-        """Send ``a`` its planned tasks that fit now, in order (module docstring); True when
-        its plan ran out with cores free (estimates off: the others' plans may need it)."""
+    def _plan_fill(self, a: AgentState, d: Decisions) -> None:
+        """Send ``a`` its planned tasks that fit now, in order (module docstring)."""
         q = self._plans.get(a.name)
         if not q:
-            return a.slots - a.held - a.inflight > 0
+            return
         tasks, ends = self.tasks, self._plan_end
         now = -1.0
         free_c = min(a.window, a.slots - a.held) - a.inflight
@@ -525,8 +568,6 @@ class Planning:
             free_g -= g
         if not q:
             del self._plans[a.name]
-            return a.slots - a.held - a.inflight > 0
-        return False
 
     def _send_planned(self, a: AgentState, t: Task, d: Decisions) -> None:
         if t.tid == self.resv_tid:
