@@ -464,7 +464,7 @@ class Planning:
                 if t is None:
                     continue
                 e = ends.get(tid)
-                rem = INF if e is None else max(e - now, 0.0)
+                rem = INF if e is None else self._left(t, e, now)
                 if t.alloc is not None:
                     _, c, g, _ = t.alloc[0]
                 else:
@@ -507,6 +507,15 @@ class Planning:
         """Tasks the plan does not hold: back to the usual queues."""
         for t in back:
             self._push(t)  # type: ignore[attr-defined]
+
+    def _left(self, t: Task, end: float, now: float) -> float:
+        """How long a running planned task still runs, by its estimate; one past it is given
+        the mean miss seen so far (an overrun is not over now)."""
+        if end > now:
+            return end - now
+        if not self._dev_n:
+            return 0.0
+        return self._dev_sum / self._dev_n * float(t.opts["estimate"] or 0)  # type: ignore[index]
 
     # ---- dispatch ------------------------------------------------------------------------
     def _plan_turn(self, d: Decisions) -> bool:
@@ -589,10 +598,11 @@ class Planning:
             if t is None:
                 continue
             e = ends.get(tid, INF)
+            e = now + self._left(t, e, now) if e < INF else e
             if t.alloc is not None:
-                rel.append((max(e, now), t.alloc[0][1], t.alloc[0][2]))
+                rel.append((e, t.alloc[0][1], t.alloc[0][2]))
             else:
-                rel.append((max(e, now), t.cores, 0))
+                rel.append((e, t.cores, 0))
         rel.sort()
         shadow, fc, fg = INF, free_c, free_g
         for e, rc, rg in rel:
