@@ -284,3 +284,19 @@ def test_planned_tasks_survive_an_agent_leaving_and_tasks_without_estimates_stil
         todo += [s[0] for s in core.finished(a, [[tid, P.OK, b"", None]]).dispatch.get(a, [])]
     assert sorted(done) == list(range(1, 10))
     assert core.queued() == 0 and not core.tasks
+
+
+def test_planned_tasks_can_be_cancelled_before_they_are_sent():
+    core = SchedulerCore(plan=True)
+    core.add_agent(b"a", 1)
+    core.set_window(b"a", 1)
+    specs = [[tid, P.CMD, 0, b"", [], 1, -1, None, {"estimate": float(tid)}] for tid in (1, 2, 3)]
+    d = core.submit(specs, b"client")
+    assert [s[0] for s in d.dispatch[b"a"]] == [3]  # the plan: 3, then 2, then 1
+    assert core.queued() == 2
+    done, _ = core.cancel([2], b"client")
+    assert done == [2]
+    d = core.finished(b"a", [[3, P.OK, b"", None]])
+    assert [s[0] for s in d.dispatch[b"a"]] == [1]
+    core.finished(b"a", [[1, P.OK, b"", None]])
+    assert core.queued() == 0 and not core.tasks

@@ -41,8 +41,9 @@ virtual time and dispatch by that layout:
 
 Only tasks with an estimate and at most cores and GPUs are planned (no MPI ranks,
 memory, exclusive or placement); the others keep the core's usual path in the room the
-plan leaves. Off by default: a plan costs CPU (rp-256: ~0.7 s for 8,200 tasks on 256
-agents), worth it for tasks of minutes, not for a million tasks of seconds.
+plan leaves. Off by default: a plan costs CPU (seed 003's mix: ~0.6 s for 8,200 tasks on 256 agents),
+worth it for tasks of minutes, not for a million tasks of seconds (more than
+``PLAN_MAX_TASKS`` queued: no plan, the usual path).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ BACKFILL_SCAN = 32      # planned tasks behind a blocked one that may go first (
 DEVIATION = 0.05        # the plan is given up once planned tasks' ends miss their estimates
 DEVIATION_N = 32        # by more than this share of them on average (over at least N)
 PLAN_HOLD_TURNS = 20    # turns cut short by core.TURN_TASKS that wait for the rest (1M tasks)
+PLAN_MAX_TASKS = 200_000  # more queued than this: no plan (a packing costs ~15 us a task)
 SEARCH_STEPS = 4        # bisections of the horizon once a fitting one is known
 
 # (cores, gpus, busy): an agent's capacity and what runs there, [(end, cores, gpus)] with
@@ -450,7 +452,7 @@ class Planning:
         self._plans = {}
         self._nplan = 0
         live = [a for a in self.agents.values() if not a.draining]
-        if not pool or not live:
+        if not pool or not live or len(pool) > PLAN_MAX_TASKS:
             self._park(pool)
             return
         ends = self._plan_end

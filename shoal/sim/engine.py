@@ -522,6 +522,9 @@ class Simulator:
         r.settings = {"policy": wl.policy, "prefetch": wl.prefetch, "latency_s": wl.latency_s, "cost": wl.cost,
                       "results": wl.results, "launch_s": wl.launch_s, "seed": wl.seed,
                       "order": wl.order}
+        if self.core.planning:  # shoal.head.planning: plans made, packings tried, given up
+            r.settings.update(plans=self.core.plan_runs, plan_tries=self.core.plan_tries,
+                              plan_dropped_s=self.core.plan_dropped)
         return r
 
 
