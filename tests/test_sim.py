@@ -300,3 +300,24 @@ def test_planned_tasks_can_be_cancelled_before_they_are_sent():
     assert [s[0] for s in d.dispatch[b"a"]] == [1]
     core.finished(b"a", [[1, P.OK, b"", None]])
     assert core.queued() == 0 and not core.tasks
+
+
+def test_an_agent_that_joins_gets_planned_work_and_one_that_drains_gives_its_plan_back():
+    now = [0.0]
+    core = SchedulerCore(plan=True, clock=lambda: now[0])
+    core.add_agent(b"a", 1)
+    core.set_window(b"a", 1)
+    specs = [[tid, P.CMD, 0, b"", [], 1, -1, None, {"estimate": 10.0}] for tid in range(1, 7)]
+    d = core.submit(specs, b"client")
+    assert len(d.dispatch[b"a"]) == 1 and core.queued() == 5  # all planned on "a"
+    first = d.dispatch[b"a"][0][0]
+    core.add_agent(b"b", 1)
+    now[0] = 0.5  # within a second of the plan: "b" waits for the next turn that may plan
+    assert not core.set_window(b"b", 1).dispatch
+    now[0] = 1.5
+    d = core.finished(b"a", [[first, P.OK, b"", None]])  # a turn: the plan is remade with "b"
+    assert sorted(d.dispatch) == [b"a", b"b"] and core.plan_runs == 2
+    d = core.drain(b"b")  # its planned tasks go back to "a" at once
+    assert core.plan_runs == 3
+    left = [s[0] for s in d.dispatch.get(b"a", [])]
+    assert core.queued() == 6 - 3 - len(left)

@@ -296,6 +296,8 @@ class SchedulerCore(Filling, Placement, Planning):
                 else:
                     self._push(task)
             self._fill_all(d)
+        elif self.planning and self._nplan:  # its planned tasks go to the others
+            self._fill_all(d)
         self._fail_impossible(d)
         return d
 

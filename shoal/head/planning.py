@@ -29,8 +29,9 @@ virtual time and dispatch by that layout:
 - **A submission read in several turns** (a turn ends at ``core.TURN_TASKS`` submitted
   tasks): the core waits for the rest (up to ``PLAN_HOLD_TURNS`` turns) and plans it all
   at once; a plan of the first part would fill the agents with it.
-- **Replanning**: new estimated tasks (a submission, a retry, a task handed back) or agents
-  joining or leaving make the next turn plan again, from the running tasks' expected ends.
+- **Replanning**: new estimated tasks (a submission, a retry, a task handed back) make the
+  next turn plan again, from the running tasks' expected ends; agents joining or leaving
+  too, at most once per ``REPLAN_GAP`` of the plan's span.
 - **Giving up**: a plan is only as good as its estimates. Each planned task's result is
   compared with its expected end; once they miss by more than ``DEVIATION`` of the
   estimate on average (over at least ``DEVIATION_N`` results), the planned tasks go back to
@@ -66,6 +67,8 @@ BACKFILL_SCAN = 32      # planned tasks behind a blocked one that may go first (
 DEVIATION = 0.05        # the plan is given up once planned tasks' ends miss their estimates
 DEVIATION_N = 32        # by more than this share of them on average (over at least N)
 PLAN_HOLD_TURNS = 20    # turns cut short by core.TURN_TASKS that wait for the rest (1M tasks)
+REPLAN_GAP = 0.01        # agents joining or leaving replan at most once per this share of
+                         # the plan's span (and 1 s)
 PLAN_MAX_TASKS = 200_000  # more queued than this: no plan (a packing costs ~15 us a task)
 SEARCH_STEPS = 4        # bisections of the horizon once a fitting one is known
 
@@ -346,6 +349,7 @@ class Planning:
         self._plan_n = 0                             # tasks in the usual queues after a turn
         self._plan_stale = False                     # agents changed: plan again
         self._plan_h = 0.0                           # the plan's last end (clock time)
+        self._plan_at = 0.0                          # when it was made (clock time)
         self.plan_runs = 0                           # plans made
         self.plan_tries = 0                          # packings tried for them
         self.plan_dropped: float | None = None       # when the plan was given up (clock)
@@ -495,6 +499,7 @@ class Planning:
         self.plan_runs += 1
         self.plan_tries += tries
         self._plan_h = now + last
+        self._plan_at = now
         placed = set()
         for a, plan in zip(live, plans, strict=True):
             if plan:
@@ -529,10 +534,12 @@ class Planning:
         replanned = False
         if n > self._plan_n or self._plan_stale:
             fresh = self._absorb()
-            if fresh or (self._plan_stale and self._nplan):
+            if fresh or (self._plan_stale and self._nplan and self._replan_due()):
                 self._replan(fresh)
                 replanned = True
-            self._plan_stale = False
+                self._plan_stale = False
+            elif not self._nplan:
+                self._plan_stale = False
         if self._nplan:
             dirty = self._dirty
             if replanned:
@@ -547,6 +554,18 @@ class Planning:
                 dirty.clear()
         self._plan_n = len(self.ready) + self._nlower + self.nshaped
         return not (self.ready or self._lower or self.nshaped or self.placed)
+
+    def _replan_due(self) -> bool:
+        """Agents joined or left: plan again at once if one that left held planned tasks,
+        else at most once per ``REPLAN_GAP`` of the plan's span (the agents of an allocation
+        trickle in: a plan for each would cost a plan each)."""
+        agents = self.agents
+        for name in self._plans:  # one that left holds planned tasks: at once
+            a = agents.get(name)
+            if a is None or a.draining:
+                return True
+        span = self._plan_h - self._plan_at
+        return self.clock() - self._plan_at >= max(1.0, REPLAN_GAP * span)
 
     def _plan_fill(self, a: AgentState, d: Decisions) -> None:
         """Send ``a`` its planned tasks that fit now, in order (module docstring)."""
