@@ -321,3 +321,18 @@ def test_an_agent_that_joins_gets_planned_work_and_one_that_drains_gives_its_pla
     assert core.plan_runs == 3
     left = [s[0] for s in d.dispatch.get(b"a", [])]
     assert core.queued() == 6 - 3 - len(left)
+
+
+@pytest.mark.parametrize("batch", [5, 40])
+def test_a_planning_head_plans_a_whole_submission_once(monkeypatch, batch):
+    # the turn's cap on submitted tasks (core.TURN_TASKS, here 10) does not cut a planning
+    # head's turn: 40 tasks in SUBMITs of 5 (or one of 40) make one plan, and all run
+    import shoal.sim.engine as engine
+
+    monkeypatch.setattr(engine, "TURN_TASKS", 10)
+    groups = [{"count": 40, "duration_s": [1.0, 3.0], "estimate": True}]
+    w = wl(groups, agents=2, cores=4, prefetch=0, policy="plan").with_(submit_batch=batch)
+    s = sim.Simulator(w)
+    r = s.run()
+    assert (r.ok, r.unfinished) == (40, 0)
+    assert s.core.plan_runs == 1

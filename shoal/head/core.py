@@ -65,7 +65,7 @@ from shoal.head.need import (
     parse_need,
 )
 from shoal.head.placement import Placement
-from shoal.head.planning import PLAN_HOLD_TURNS, Planning
+from shoal.head.planning import Planning
 from shoal.head.state import AgentState, Decisions, Task, _err, _plural_gpus
 from shoal.transport.protocol import (
     CANCELLED,
@@ -417,11 +417,6 @@ class SchedulerCore(Filling, Placement, Planning):
         """Place what submit() queued with ``defer_fill`` (the end of the server's turn)."""
         d = Decisions()
         if self.unfilled:
-            if self.planning and self.unfilled >= TURN_TASKS and self._plan_holds < PLAN_HOLD_TURNS:
-                self.unfilled = 0  # a turn cut short: the rest is coming, plan it all at once
-                self._plan_holds += 1
-                return d
-            self._plan_holds = 0
             self.unfilled = 0
             if self.ready or self.placed or self.nshaped or self._lower:
                 self._fill_all(d)

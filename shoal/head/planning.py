@@ -26,9 +26,10 @@ virtual time and dispatch by that layout:
   it, except that a later one may go first if it fits now and, by the estimates, ends
   before the blocked one could start (EASY backfilling, Lifka 1995: the blocked task is
   never delayed by it). With exact estimates the run replays the plan.
-- **A submission read in several turns** (a turn ends at ``core.TURN_TASKS`` submitted
-  tasks): the core waits for the rest (up to ``PLAN_HOLD_TURNS`` turns) and plans it all
-  at once; a plan of the first part would fill the agents with it.
+- **A whole submission at once**: the server (and the simulator) end a turn at
+  ``core.TURN_TASKS`` submitted tasks only when the core does not plan (a plan of the first
+  part of a submission would fill the agents with it); a turn still reads at most 10,000
+  messages.
 - **Replanning**: new estimated tasks (a submission, a retry, a task handed back) make the
   next turn plan again, from the running tasks' expected ends; agents joining or leaving
   too, at most once per ``REPLAN_GAP`` of the plan's span.
@@ -66,7 +67,6 @@ INF = float("inf")
 BACKFILL_SCAN = 32      # planned tasks behind a blocked one that may go first (EASY)
 DEVIATION = 0.05        # the plan is given up once planned tasks' ends miss their estimates
 DEVIATION_N = 32        # by more than this share of them on average (over at least N)
-PLAN_HOLD_TURNS = 20    # turns cut short by core.TURN_TASKS that wait for the rest (1M tasks)
 REPLAN_GAP = 0.01        # agents joining or leaving replan at most once per this share of
                          # the plan's span (and 1 s)
 PLAN_MAX_TASKS = 200_000  # more queued than this: no plan (a packing costs ~15 us a task)
@@ -353,7 +353,6 @@ class Planning:
         self.plan_runs = 0                           # plans made
         self.plan_tries = 0                          # packings tried for them
         self.plan_dropped: float | None = None       # when the plan was given up (clock)
-        self._plan_holds = 0                         # turns held (core.fill, PLAN_HOLD_TURNS)
         self._dev_sum = 0.0                          # |end - expected| / estimate, summed
         self._dev_n = 0
         if plan:  # (an instance attribute: the default path pays nothing for it)

@@ -185,8 +185,10 @@ class Head:
                         except zmq.Again:
                             break
                         self._handle(frames)
-                        if not self.running or self.core.unfilled >= TURN_TASKS:
-                            break  # (a huge submission: place what is read, read on after)
+                        if not self.running or (self.core.unfilled >= TURN_TASKS
+                                                and not self.core.planning):
+                            break  # (a huge submission: place what is read, read on after;
+                            # a planning core plans the whole of it: shoal.head.planning)
                     self._flush()
                 elif self.tracer is not None:
                     self.tracer.flush()

@@ -286,7 +286,8 @@ class Simulator:
         cpu = 0.0
         clock = time.thread_time
         for i, (who, kind, body) in enumerate(msgs):
-            if core.unfilled >= TURN_TASKS:  # as the server: place these, read on next turn
+            if core.unfilled >= TURN_TASKS and not core.planning:  # as the server: place
+                # these, read on next turn (a planning core plans a whole submission)
                 self.inbox[:0] = msgs[i:]
                 break
             if kind == 2:  # RESULTS
