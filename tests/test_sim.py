@@ -223,3 +223,116 @@ def test_a_huge_submission_starts_running_before_it_is_all_read(monkeypatch, tmp
     # capped: the first turn read 100 short tasks and ran two; the long ones, read on the
     # next turn, go first after them (longest first over what is queued)
     assert long_starts == pytest.approx([1.0, 1.0] if cap == 100 else [0.0, 0.0])
+
+
+# ---- planning against estimates (SchedulerCore(plan=True), shoal.head.planning) -----------
+LPT_LOSES = [7.0, 7.0, 6.0, 5.0, 5.0, 4.0, 3.0, 3.0, 2.0]  # 42 core-s on 4 cores: >= 10.5 s
+
+
+def _lpt_case(policy: str) -> sim.SimResult:
+    groups = [{"count": 1, "duration_s": d, "estimate": True} for d in LPT_LOSES]
+    return sim.simulate(wl(groups, agents=1, cores=4, prefetch=0, policy=policy))
+
+
+def test_a_plan_in_time_beats_longest_first_where_the_greedy_order_loses():
+    # Longest first (the core's order for estimated tasks): 7, 7, 6, 5 start; as cores free,
+    # the longest left: 5 at 5 (ends 10), 4 at 6 (10), 3 and 3 at 7 (10): the 2 s task is
+    # alone from 10 to 12. The plan packs to the shortest horizon that holds everything,
+    # 11: 2+4+5, 3+7, 3+7, 5+6.
+    for policy in ("fifo", "big-first"):
+        r = _lpt_case(policy)
+        assert r.ok == 9 and r.makespan_s == pytest.approx(12.0)
+    r = _lpt_case("plan")
+    assert (r.ok, r.failed, r.unfinished) == (9, 0, 0)
+    assert r.makespan_s == pytest.approx(11.0)
+    assert r.busy_core_s == pytest.approx(42.0)
+
+
+def test_a_plan_is_given_up_when_the_estimates_miss_and_every_task_still_runs():
+    groups = [{"count": 400, "duration_s": [1.0, 2.0], "estimate": True, "estimate_error": 0.5}]
+    s = sim.Simulator(wl(groups, agents=4, cores=4, prefetch=0, policy="plan"))
+    r = s.run()
+    assert (r.ok, r.failed, r.unfinished) == (400, 0, 0)
+    assert s.core.plan_runs == 1 and s.core.plan_dropped is not None
+    exact = sim.Simulator(wl([{**groups[0], "estimate_error": 0.0}], agents=4, cores=4,
+                             prefetch=0, policy="plan"))
+    r = exact.run()
+    assert r.ok == 400 and exact.core.plan_dropped is None
+    assert r.core_util > 0.97
+
+
+def test_planned_tasks_survive_an_agent_leaving_and_tasks_without_estimates_still_run():
+    core = SchedulerCore(plan=True, big_first=True)
+    a, b, owner = b"a", b"b", b"client"
+    for name in (a, b):
+        core.add_agent(name, 2)
+        core.set_window(name, 2)
+
+    def spec(tid: int, est: float | None) -> list:
+        return [tid, P.CMD, 0, b"", [], 1, -1, None, {"estimate": est} if est else None]
+
+    d = core.submit([spec(i, float(i)) for i in range(1, 9)] + [spec(9, None)], owner)
+    assert core.plan_runs == 1
+    running = {name: [s[0] for s in d.dispatch.get(name, [])] for name in (a, b)}
+    assert sum(len(x) for x in running.values()) == 4  # every core, no prefetch
+    d = core.remove_agent(b, "gone", lost=False)  # its tasks come back and are planned again
+    done: list[int] = []
+    todo = [s[0] for s in d.dispatch.get(a, [])] + running[a]
+    while todo:
+        tid = todo.pop(0)
+        done.append(tid)
+        todo += [s[0] for s in core.finished(a, [[tid, P.OK, b"", None]]).dispatch.get(a, [])]
+    assert sorted(done) == list(range(1, 10))
+    assert core.queued() == 0 and not core.tasks
+
+
+def test_planned_tasks_can_be_cancelled_before_they_are_sent():
+    core = SchedulerCore(plan=True)
+    core.add_agent(b"a", 1)
+    core.set_window(b"a", 1)
+    specs = [[tid, P.CMD, 0, b"", [], 1, -1, None, {"estimate": float(tid)}] for tid in (1, 2, 3)]
+    d = core.submit(specs, b"client")
+    assert [s[0] for s in d.dispatch[b"a"]] == [3]  # the plan: 3, then 2, then 1
+    assert core.queued() == 2
+    done, _ = core.cancel([2], b"client")
+    assert done == [2]
+    d = core.finished(b"a", [[3, P.OK, b"", None]])
+    assert [s[0] for s in d.dispatch[b"a"]] == [1]
+    core.finished(b"a", [[1, P.OK, b"", None]])
+    assert core.queued() == 0 and not core.tasks
+
+
+def test_an_agent_that_joins_gets_planned_work_and_one_that_drains_gives_its_plan_back():
+    now = [0.0]
+    core = SchedulerCore(plan=True, clock=lambda: now[0])
+    core.add_agent(b"a", 1)
+    core.set_window(b"a", 1)
+    specs = [[tid, P.CMD, 0, b"", [], 1, -1, None, {"estimate": 10.0}] for tid in range(1, 7)]
+    d = core.submit(specs, b"client")
+    assert len(d.dispatch[b"a"]) == 1 and core.queued() == 5  # all planned on "a"
+    first = d.dispatch[b"a"][0][0]
+    core.add_agent(b"b", 1)
+    now[0] = 0.5  # within a second of the plan: "b" waits for the next turn that may plan
+    assert not core.set_window(b"b", 1).dispatch
+    now[0] = 1.5
+    d = core.finished(b"a", [[first, P.OK, b"", None]])  # a turn: the plan is remade with "b"
+    assert sorted(d.dispatch) == [b"a", b"b"] and core.plan_runs == 2
+    d = core.drain(b"b")  # its planned tasks go back to "a" at once
+    assert core.plan_runs == 3
+    left = [s[0] for s in d.dispatch.get(b"a", [])]
+    assert core.queued() == 6 - 3 - len(left)
+
+
+@pytest.mark.parametrize("batch", [5, 40])
+def test_a_planning_head_plans_a_whole_submission_once(monkeypatch, batch):
+    # the turn's cap on submitted tasks (core.TURN_TASKS, here 10) does not cut a planning
+    # head's turn: 40 tasks in SUBMITs of 5 (or one of 40) make one plan, and all run
+    import shoal.sim.engine as engine
+
+    monkeypatch.setattr(engine, "TURN_TASKS", 10)
+    groups = [{"count": 40, "duration_s": [1.0, 3.0], "estimate": True}]
+    w = wl(groups, agents=2, cores=4, prefetch=0, policy="plan").with_(submit_batch=batch)
+    s = sim.Simulator(w)
+    r = s.run()
+    assert (r.ok, r.unfinished) == (40, 0)
+    assert s.core.plan_runs == 1

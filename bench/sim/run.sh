@@ -26,3 +26,9 @@ sim $W/million.toml --scale-duration 0.0625
 sim $W/million.toml --results batch
 sim $W/rp-2048.toml --policy big-first --prefetch 0   # ~5-15 minutes each
 sim $W/rp-2048.toml --policy big-first --prefetch 0 --estimate 0 --cost zero
+# planning with estimates (docs/benchmarks.md, "Planning with estimates"): policy plan
+for e in 0 0.2; do
+  for cost in zero measured; do sim $W/rp-256.toml --policy plan --prefetch 0 --estimate $e --cost $cost; done
+done
+sim $W/rp-2048.toml --policy plan --prefetch 0 --estimate 0 --cost measured
+sim $W/rp-2048.toml --policy plan --prefetch 0 --estimate 0.2 --cost zero   # ~6 minutes

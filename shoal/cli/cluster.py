@@ -42,6 +42,9 @@ def add_parser(sub: Any) -> None:
     h.add_argument("--big-first", action="store_true",
                    help="tasks with resources (GPUs...) before older plain ones, larger first; "
                         "no prefetch while they wait (docs/sim.md)")
+    h.add_argument("--plan", action="store_true",
+                   help="lay tasks with estimates out over the agents in time and dispatch by "
+                        "that plan (for tasks of minutes; docs/sim.md)")
     h.add_argument("--heartbeat-timeout", type=float, default=None, metavar="S",
                    help="an agent or client silent this long is lost (default 8 s)")
     h.add_argument("--crash-limit", type=int, default=3, metavar="N",
@@ -177,7 +180,7 @@ def head_command(args: argparse.Namespace) -> int:
                     heartbeat_timeout=args.heartbeat_timeout, crash_limit=args.crash_limit,
                     journal=args.journal, expect_agents=args.expect_agents,
                     expect_timeout=args.expect_timeout, trace=args.trace,
-                    big_first=args.big_first)
+                    big_first=args.big_first, plan=args.plan)
     except zmq.ZMQError as exc:
         print(f"shoal head: cannot listen on {bind}: {exc}", file=sys.stderr)
         return 2

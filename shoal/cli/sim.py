@@ -17,8 +17,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--agents", type=int, action="append", metavar="N",
                    help="agent count (repeat for a sweep; default: the file's)")
     p.add_argument("--prefetch", type=int, help="the head's prefetch (window = cores x (1+P))")
-    p.add_argument("--policy", choices=("fifo", "big-first"),
-                   help="the core's order: oldest first, or tasks with resources first")
+    p.add_argument("--policy", choices=("fifo", "big-first", "plan"),
+                   help="the core's order: oldest first, tasks with resources first, or "
+                   "big-first with a plan in time for tasks with estimates (docs/sim.md)")
     p.add_argument("--results", choices=("batch", "single"),
                    help="results in the agent's batches, or one message per result")
     p.add_argument("--cost", choices=("measured", "zero"),

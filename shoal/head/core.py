@@ -65,6 +65,7 @@ from shoal.head.need import (
     parse_need,
 )
 from shoal.head.placement import Placement
+from shoal.head.planning import Planning
 from shoal.head.state import AgentState, Decisions, Task, _err, _plural_gpus
 from shoal.transport.protocol import (
     CANCELLED,
@@ -104,7 +105,7 @@ _EXIT_TYPES = ("shoal.task.command.CommandError", "builtins.Exception")
 _STATUS_WORD = {ERR: "raised", LOST: "lost", TIMEOUT: "timed out", OK: "exited non-zero"}
 
 
-class SchedulerCore(Filling, Placement):
+class SchedulerCore(Filling, Placement, Planning):
     """Task table + ready queue + per-agent credit. See module docstring and
     :mod:`shoal.head.placement` (resources, reservation, MPI).
 
@@ -112,12 +113,16 @@ class SchedulerCore(Filling, Placement):
     ``end_time``."""
 
     def __init__(self, crash_limit: int = CRASH_LIMIT,
-                 clock: Callable[[], float] = time.time, big_first: bool = False) -> None:
+                 clock: Callable[[], float] = time.time, big_first: bool = False,
+                 plan: bool = False) -> None:
         """``big_first``: the policy for mixes of large and small tasks (see
         :mod:`shoal.head.placement`): tasks with resources (GPUs, ...) go before older
         plain ones, larger first, and a task of several cores is sent only where its cores
-        are free now, as every task is while such tasks wait (no prefetch then)."""
+        are free now, as every task is while such tasks wait (no prefetch then).
+        ``plan``: tasks with estimates are laid out over the agents in time and dispatched
+        by that plan (:mod:`shoal.head.planning`); ``clock`` is then its time."""
         self.big_first = big_first
+        self._plan_init(plan)
         self.tasks: dict[int, Task] = {}
         self.ready: deque[int] = deque()
         self.agents: dict[bytes, AgentState] = {}
@@ -180,13 +185,14 @@ class SchedulerCore(Filling, Placement):
         self._min_slots = slots if not self._min_slots else min(self._min_slots, slots)
         self.departed.pop(name, None)
         self._why_cache.clear()
+        self._plan_stale = self.planning
         d = Decisions()
         if self.paused:
             return d
         if self.pending_static:
             batch, self.pending_static = self.pending_static, []
             self._place_static(batch, d)
-        if self.ready or self.placed or self.nshaped:
+        if self.ready or self.placed or self.nshaped or self._nplan:
             self._fill_all(d)
         self._fail_impossible(d)
         return d
@@ -204,7 +210,7 @@ class SchedulerCore(Filling, Placement):
 
     def queued(self) -> int:
         """Tasks ready and waiting for room (not counting placed ones)."""
-        return len(self.ready) + self.nshaped + self._nlower
+        return len(self.ready) + self.nshaped + self._nlower + self._nplan
 
     def remove_agent(self, name: bytes, reason: str, lost: bool = True) -> Decisions:
         """The agent left (``lost=False``: its tasks go back to the queue, no attempt
@@ -217,6 +223,7 @@ class SchedulerCore(Filling, Placement):
             self.departed.clear()
         self.departed[name] = reason
         self._why_cache.clear()
+        self._plan_stale = self.planning
         self._open_at.pop(name, None)
         self._min_slots = min((a.slots for a in self.agents.values()), default=0)
         if name in self.resv_agents:
@@ -257,7 +264,7 @@ class SchedulerCore(Filling, Placement):
         agent.own.clear()
         if not self.agents:
             return d
-        if self.ready or self.placed or self.nshaped:
+        if self.ready or self.placed or self.nshaped or self._nplan:
             self._fill_all(d)
         self._fail_impossible(d)
         return d
@@ -271,6 +278,7 @@ class SchedulerCore(Filling, Placement):
             return d
         agent.draining = True
         agent.want = 0
+        self._plan_stale = self.planning
         self._rewindow(agent)
         self._why_cache.clear()
         if name in self.resv_agents:
@@ -288,6 +296,8 @@ class SchedulerCore(Filling, Placement):
                 else:
                     self._push(task)
             self._fill_all(d)
+        elif self.planning and self._nplan:  # its planned tasks go to the others
+            self._fill_all(d)
         self._fail_impossible(d)
         return d
 
@@ -304,7 +314,7 @@ class SchedulerCore(Filling, Placement):
             task.agent = None
             self.requeued += 1
             self._enqueue(task, d, front=True)
-        if self.ready or self.placed or self.nshaped:
+        if self.ready or self.placed or self.nshaped or self._nplan:
             self._fill_all(d)
         return d
 
@@ -325,7 +335,7 @@ class SchedulerCore(Filling, Placement):
             if task is not None and task.state == BACKOFF:
                 task.state = QUEUED
                 self._enqueue(task, d)
-        if self.ready or self.placed or self.nshaped:
+        if self.ready or self.placed or self.nshaped or self._nplan:
             self._fill_all(d)
         return d
 
@@ -345,7 +355,10 @@ class SchedulerCore(Filling, Placement):
         else:
             agent.base = agent.window = window
             self._mark(agent)
-        self._fill(agent, d)
+        if self.planning:
+            self._fill_all(d)
+        else:
+            self._fill(agent, d)
         return d
 
     # ---- tasks --------------------------------------------------------------------
@@ -525,7 +538,7 @@ class SchedulerCore(Filling, Placement):
                 self._finish(task, status, item[2], d, num, item)
         if agent is not None:
             self._mark(agent)
-        if self.ready or self.placed or self.nshaped:
+        if self.ready or self.placed or self.nshaped or self._nplan:
             self._fill_all(d)
         return d
 
@@ -625,7 +638,7 @@ class SchedulerCore(Filling, Placement):
                 continue
             self._unrun(agent, task)
             self._finish(task, CANCELLED, b"", d, notify_owner=False)
-        if self.ready or self.placed or self.nshaped:
+        if self.ready or self.placed or self.nshaped or self._nplan:
             self._fill_all(d)
         return d
 
@@ -677,7 +690,7 @@ class SchedulerCore(Filling, Placement):
                 if agent.own:
                     agent.own = deque(t for t in agent.own if t in self.tasks)
             self.placed = sum(len(a.own) for a in self.agents.values())
-        if self.ready or self.placed or self.nshaped:  # the freed slots go to the others' tasks
+        if self.ready or self.placed or self.nshaped or self._nplan:  # the freed slots go to the others' tasks
             self._fill_all(d)
         return d
 

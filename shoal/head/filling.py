@@ -55,6 +55,8 @@ class Filling:
     _lower: dict[int, deque[int]]
     _lower_keys: list[int]
     _nlower: int
+    planning: bool
+    _plan_turn: Callable[[Decisions], bool]
 
     # ---- tasks with estimates: longest bucket first ---------------------------------------
     def _push_est(self, task: Task) -> None:
@@ -152,6 +154,8 @@ class Filling:
 
     def _fill_all(self, d: Decisions) -> None:
         if self.paused:
+            return
+        if self.planning and self._plan_turn(d):  # (shoal.head.planning)
             return
         if not self.ready and self._lower:
             self._refill()

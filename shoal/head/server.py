@@ -93,11 +93,13 @@ class Head:
         expect_timeout: float = 60.0,
         trace: str | None = None,
         big_first: bool = False,
+        plan: bool = False,
     ) -> None:
         """``expect_agents``: hold the first dispatch until that many agents joined or
         ``expect_timeout`` seconds passed, so a map spreads over the whole allocation.
         ``trace``: a file to record every attempt of every task in (shoal.trace).
-        ``big_first``: the core's policy for mixes of large and small tasks."""
+        ``big_first``: the core's policy for mixes of large and small tasks; ``plan``: it
+        plans tasks with estimates over the agents in time (shoal.head.planning)."""
         if heartbeat_timeout is not None and heartbeat_timeout <= 0:
             raise ValueError(f"the heartbeat timeout must be > 0 seconds, not {heartbeat_timeout}")
         if crash_limit < 1:
@@ -119,7 +121,7 @@ class Head:
         self.timeout_s = heartbeat_timeout or TIMEOUT_S
         # beat often enough that a few lost beats never look like a lost peer
         self.heartbeat_s = min(HEARTBEAT_S, self.timeout_s / 4)
-        self.core = SchedulerCore(crash_limit=crash_limit, big_first=big_first)
+        self.core = SchedulerCore(crash_limit=crash_limit, big_first=big_first, plan=plan)
         self.core.defer_fill = True  # submissions are placed once per turn (_flush)
         if self.tracer is not None:
             self.tracer.live = self.core.tasks
@@ -183,8 +185,10 @@ class Head:
                         except zmq.Again:
                             break
                         self._handle(frames)
-                        if not self.running or self.core.unfilled >= TURN_TASKS:
-                            break  # (a huge submission: place what is read, read on after)
+                        if not self.running or (self.core.unfilled >= TURN_TASKS
+                                                and not self.core.planning):
+                            break  # (a huge submission: place what is read, read on after;
+                            # a planning core plans the whole of it: shoal.head.planning)
                     self._flush()
                 elif self.tracer is not None:
                     self.tracer.flush()

@@ -119,7 +119,8 @@ class Simulator:
         self.now = 0.0
         self.events: list[tuple[float, int, int, Any, Any]] = []
         self.seq = 0
-        self.core = SchedulerCore(clock=self._clock, big_first=wl.policy == "big-first")
+        self.core = SchedulerCore(clock=self._clock, big_first=wl.policy in ("big-first", "plan"),
+                                  plan=wl.policy == "plan")
         self.core.defer_fill = True  # as the server: a turn's submissions placed at its end
         self.measured = wl.cost == "measured"
         self.single = wl.results == "single"
@@ -285,7 +286,8 @@ class Simulator:
         cpu = 0.0
         clock = time.thread_time
         for i, (who, kind, body) in enumerate(msgs):
-            if core.unfilled >= TURN_TASKS:  # as the server: place these, read on next turn
+            if core.unfilled >= TURN_TASKS and not core.planning:  # as the server: place
+                # these, read on next turn (a planning core plans a whole submission)
                 self.inbox[:0] = msgs[i:]
                 break
             if kind == 2:  # RESULTS
@@ -521,6 +523,9 @@ class Simulator:
         r.settings = {"policy": wl.policy, "prefetch": wl.prefetch, "latency_s": wl.latency_s, "cost": wl.cost,
                       "results": wl.results, "launch_s": wl.launch_s, "seed": wl.seed,
                       "order": wl.order}
+        if self.core.planning:  # shoal.head.planning: plans made, packings tried, given up
+            r.settings.update(plans=self.core.plan_runs, plan_tries=self.core.plan_tries,
+                              plan_dropped_s=self.core.plan_dropped)
         return r
 
 

@@ -29,6 +29,9 @@ def format_text(r: SimResult) -> str:
         f"  head          {r.decisions:,} decisions in {r.head_cpu_s:.2f} s CPU = "
         f"{r.decisions_per_cpu_s:,.0f} decisions/s; busy {_pct(r.head_busy)} of the makespan; "
         f"{r.turns:,} turns, {r.results_msgs:,} RESULTS messages",
+        *([f"  plan          {s['plans']} plan(s) of {s['plan_tries']} packings"
+           + (f"; given up at {s['plan_dropped_s']:,.2f} s (estimates missed)"
+              if s.get("plan_dropped_s") is not None else "")] if s.get("plans") else []),
         "  over time     cores busy in each twentieth of the makespan: "
         + " ".join(f"{100 * x:.0f}" for x in r.util_profile),
         f"  simulation    {r.wall_s:.1f} s real, {r.events:,} events",

@@ -19,7 +19,8 @@ rules (prefetch, message latency, result batching, launch cost) and groups of ta
                                 # "zero": an infinitely fast head
     results = "batch"           # the agent's batching (2 ms, 256 a message); "single": one
                                 # message per result
-    policy = "fifo"             # "big-first": SchedulerCore(big_first=True)
+    policy = "fifo"             # "big-first": SchedulerCore(big_first=True); "plan": and
+                                # plan=True (tasks with estimates: shoal.head.planning)
 
     [agent]
     launch_s = 0.0              # from a task's start at the agent to its program running
@@ -90,7 +91,8 @@ class Workload:
     latency_s: float = 0.0
     cost: str = "measured"           # "measured" | "zero"
     results: str = "batch"           # "batch" | "single"
-    policy: str = "fifo"             # "fifo" | "big-first" (SchedulerCore's big_first)
+    policy: str = "fifo"             # "fifo" | "big-first" (SchedulerCore's big_first) |
+                                     # "plan" (big_first and plan: shoal.head.planning)
     launch_s: float = 0.0
     seed: int = 1
     order: str = "shuffle"           # "shuffle" | "in-order"
@@ -173,7 +175,8 @@ def parse(data: dict[str, Any], path: str = "<workload>") -> Workload:
     kw["cost"] = _choice(f"{path}: head.cost", head.get("cost", "measured"), ("measured", "zero"))
     kw["results"] = _choice(f"{path}: head.results", head.get("results", "batch"),
                             ("batch", "single"))
-    kw["policy"] = _choice(f"{path}: head.policy", head.get("policy", "fifo"), ("fifo", "big-first"))
+    kw["policy"] = _choice(f"{path}: head.policy", head.get("policy", "fifo"),
+                           ("fifo", "big-first", "plan"))
     agent = _table(f"{path}: [agent]", top.get("agent", {}), {"launch_s"})
     kw["launch_s"] = _num(f"{path}: agent.launch_s", agent.get("launch_s", 0.0), float, 0)
     client = _table(f"{path}: [client]", top.get("client", {}), {"submit_batch"})
