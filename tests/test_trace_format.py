@@ -57,7 +57,7 @@ def test_a_traced_run_read_back_whole(tmp_path: Path) -> None:
         where = {f.tid: f.agent for f in [*futs, one, two, retried]}
     t1 = time.time()
     t = trace.read(path)
-    assert t.header["shoal_trace"] == 3 and t.ended is not None and not t.truncated
+    assert t.header["shoal_trace"] == 4 and t.ended is not None and not t.truncated
     assert {a.tid for a in t.attempts} == set(where), "tasks missing from the trace"
     by_tid: dict[int, list[trace.Attempt]] = {}
     for a in t.attempts:
