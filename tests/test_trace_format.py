@@ -103,6 +103,13 @@ def test_agent_times_columns_stay_in_step_with_the_results() -> None:
     assert len(cols) == 6
     blob = cols.take(6)
     assert blob is not None and len(cols) == 0
+    # the agent's times are its host's monotonic clock; "mono" makes them Unix time
+    m = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+    assert abs(m["mono"] - (time.time() - time.monotonic())) < 0.5
+    m["mono"] = 100.0
+    assert unpack_columns(m, 6)[1][:3] == [104.5, 105.0, 106.0]
+    del m["mono"]  # (format 3: Unix times as they are)
+    blob = msgpack.packb(m, use_bin_type=True)
     got = unpack_times(blob, 6)
     assert got == [[1.0, 2.0, 3.0, [4, 5], ["GPU-0"], None],
                    [4.5, 5.0, 6.0, None, None, 1],
@@ -136,7 +143,9 @@ def test_formats_1_2_and_3_read_alike(tmp_path: Path, fmt: int) -> None:
         cols = AgentTimes()
         for tr in per_item:
             cols.add(tr)
-        res = _rows(7, cols.take(2), [0, 1], 1)
+        blob = msgpack.unpackb(cols.take(2), strict_map_key=False)
+        del blob["mono"]  # format 3's agent sent Unix times
+        res = _rows(7, msgpack.packb(blob), [0, 1], 1)
     path = tmp_path / f"f{fmt}.trace"
     with open(path, "wb") as fh:
         fh.write(msgpack.packb({"shoal_trace": fmt, "t": 9.0, "pid": 1, "host": "h",
@@ -152,3 +161,63 @@ def test_formats_1_2_and_3_read_alike(tmp_path: Path, fmt: int) -> None:
                     (8, 1, "error", "a1", "mod.fn", 10.0, 11.5, 12.5, None, 15.0, 20.0, None,
                      None)]
     assert not any(isinstance(x, float) and math.isnan(x) for r in rows for x in r)
+
+
+def test_format_4_messages_as_received_and_open_attempts_kept_by_the_reader(
+        tmp_path: Path) -> None:
+    """Format 4, written by hand the way the head writes it: SUBMIT and RESULTS messages
+    as they came (the agent's times monotonic, with their offset), TASKS as DISPATCH
+    records; the reader rebuilds each attempt: stale results dropped, a task dispatched
+    again while open REVOKED, a close by the head, one still open at END UNFINISHED, and
+    a RESULTS record of columns (a message too big to keep whole)."""
+    from shoal.trace.store import ATTEMPT, DISPATCH, RECEIVED, SUBMITTED, _raw
+
+    lost = 4  # (shoal.transport.protocol.LOST)
+
+    pack = msgpack.Packer(use_bin_type=True).pack
+    spec = [[7, 0, 5, b"args", [], 1, -1], [8, 0, 5, b"args", [], 1, -1],
+            [9, 2, 0, {"argv": ["/bin/sh", "-c", "mpi_hello x"]}, [], 2, -1, None,
+             {"ranks": 2, "gpus": 1}], [10, 0, 5, b"", [], 1, -1]]
+    sub = pack([3, spec, {5: b"pickled"}, 0, {5: "mod.fn"}])
+    cols = AgentTimes()
+    cols.add([12.0, 13.0, 14.0, [0], None, 0])  # (monotonic: the offset below adds 1000)
+    cols.add([12.5, None, 15.0, None, None, None])
+    blob = msgpack.unpackb(cols.take(2), strict_map_key=False)
+    blob["mono"] = 1000.0
+    res = pack([5, [[7, 0, b"\x80", 1, None], [8, 1, b"err", 1, {"why": "boom"}]],
+                pack(blob)])
+    stale = pack([5, [[7, 0, b"", 1, None]], pack({"n": 1, "launched": b"\0" * 8,
+                                                   "se": b"\0" * 16, "worker": b"\0" * 4})])
+    path = tmp_path / "f4.trace"
+    with open(path, "wb") as fh:
+        fh.write(pack({"shoal_trace": 4, "t": 9.0, "pid": 1, "host": "h", "run_id": "r"}))
+        fh.write(pack([[AGENT_JOIN, 9.5, 1, "a1", "node1", 2, 0, 0, "h", 2],
+                       [AGENT_JOIN, 9.6, 2, "a2", "node2", 2, 0, 0, "h", 3]]))
+        rows = [_raw(SUBMITTED, 10.0, 3, sub), [DISPATCH, 11.0, 1, [7, 8, 9, 10], 1]]
+        # a turn's array as flush writes it: raw records are (prefix, body) written as is
+        fh.write(b"\x92" + rows[0][0] + rows[0][1] + pack(rows[1]))
+        raw = _raw(RECEIVED, 20.0, 1, res)
+        fh.write(b"\x91" + raw[0] + raw[1])
+        raw = _raw(RECEIVED, 20.5, 1, stale)  # attempt 1 of 7 is closed: dropped
+        fh.write(b"\x91" + raw[0] + raw[1])
+        fh.write(pack([[DISPATCH, 21.0, 2, [10], 2],   # 10 again, its attempt 1 open: revoked
+                       [ATTEMPT, 9, 1, lost, 1, None, 22.0, None, "agent lost"],
+                       [ATTEMPT, 9, 1, lost, 1, None, 22.5, None, "again: dropped"],
+                       [ATTEMPT, 11, None, 2, 0, None, 22.6, None, "never sent: dropped"],
+                       [RESULTS, 23.0, 2, [10], 0, 3, None, None, None],  # not attempt 2
+                       [END, 30.0, {}]]))
+    t = trace.read(path)
+    got = [(a.tid, a.attempt, a.status, a.agent, a.owner, a.kind, a.name, a.cores, a.gpus,
+            a.ranks, a.submitted, a.dispatched, a.launched, a.started, a.ended, a.received,
+            a.cpus, a.note) for a in t.attempts]
+    assert got == [
+        (7, 1, "ok", "a1", 3, "py", "mod.fn", 1, 0, 0, 10.0, 11.0, 1012.0, 1013.0, 1014.0,
+         20.0, [0], None),
+        (8, 1, "error", "a1", 3, "py", "mod.fn", 1, 0, 0, 10.0, 11.0, 1012.5, None, 1015.0,
+         20.0, None, "boom"),
+        (10, 1, "revoked", "a1", 3, "py", "mod.fn", 1, 0, 0, 10.0, 11.0, None, None, None,
+         21.0, None, "given up by the head"),
+        (9, 1, "lost", "a1", 3, "cmd", "mpi_hello", 2, 1, 2, 10.0, 11.0, None, None, None,
+         22.0, None, "agent lost"),
+        (10, 2, "unfinished", "a2", 3, "py", "mod.fn", 1, 0, 0, 10.0, 21.0, None, None, None,
+         30.0, None, "the head stopped")]

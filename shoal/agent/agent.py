@@ -313,7 +313,7 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
     def _result_to_head(self, item: list[Any]) -> None:
         if self.trace:  # its times (a 6th field) go to the columns; without: what is known
             self.trace_times.add(item.pop() if len(item) > 5 else [
-                self.trace_launch.pop(item[0], None), None, time.time(), None, None, None])
+                self.trace_launch.pop(item[0], None), None, time.monotonic(), None, None, None])
         self.out_results.append(item)  # the window (sent separately) accounts for its cores
 
     def _want_credit(self) -> None:
@@ -385,8 +385,8 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
         # Python tasks to workers that want them: pinned blocks (static schedule) to their
         # worker; the shared queue round-robin, one task per worker per pass, idle workers
         # first, so tasks spread over idle workers before any worker gets a second one.
-        if self.trace:
-            self.trace_now = time.time()
+        if self.trace:  # (the agent's trace times are monotonic: shoal.trace.columns)
+            self.trace_now = time.monotonic()
         if self.py_queue or self.pinned:
             free = self._free_cores()
             ready = [w for w in self.workers.values() if w.ready]  # a ROUTER drops to others

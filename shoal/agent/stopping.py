@@ -162,10 +162,8 @@ class Stopping:
         log.info("task %#x %s", tid, text)
         item = [tid, P.TIMEOUT, text.encode(), spec[P.T_ATTEMPT] if len(spec) > P.T_ATTEMPT
                 else None, text_info(text)]
-        if self.trace:  # traced: when it started and ran out, on which worker
-            now = time.time()
-            item.append([self.trace_launch.pop(tid, None),
-                         None if began is None else now - (time.monotonic() - began), now, None,
+        if self.trace:  # traced: when it started and ran out, on which worker (monotonic)
+            item.append([self.trace_launch.pop(tid, None), began, time.monotonic(), None,
                          None, w.index])
         self._result_to_head(item)
         why = (f"worker {w.index} (pid {w.pid}) on {self.name} was killed while running this "

@@ -109,8 +109,12 @@ class WorkerContext:
         self.slot_of: dict[greenlet.greenlet, int] = {}  # what the agent is told runs
         self.burst = 0              # sub-tasks the running greenlet submitted since switched in
         self.trace = False          # the agent asked for times: results carry start and end
-        self.t_start: dict[int, float] = {}  # traced: agent task -> time.time() it started
-        self.out_times = array("d")  # traced: started, ended of each of out_results
+        # traced: the agent task running now and when it started (the monotonic clock, read
+        # before each task anyway: its start costs no clock read); a task that blocked
+        # finishes later with its start in t0_of
+        self.run_tid = 0
+        self.run_t0 = 0.0
+        self.out_times = array("d")  # traced: started, ended of each of out_results (monotonic)
         self.lock: Any = None       # shared with the agent (agent.pool): claims of queued tasks
         self.cancel_seen = 0        # the last CANCEL of queued tasks read
         self.owner: int | None = None  # the client of its tasks (the agent binds a worker
@@ -302,7 +306,8 @@ class WorkerContext:
         slot_tid = self.slot_of[g] = root or tid
         t0 = _monotonic()
         if self.trace and not root:
-            self.t_start[tid] = time.time()
+            self.run_tid = tid
+            self.run_t0 = t0
         slot = self.running_slot
         if slot is not None:  # a kept sub-task shows its root, started when the root did
             _pack_into("qd", slot, self.slot_offset, slot_tid,
@@ -410,8 +415,9 @@ class WorkerContext:
         if not self.out_results:
             self.first_unsent = time.monotonic()
         if self.trace:  # started, ended: float64s sent as bytes with the results
-            self.out_times.append(self.t_start.pop(tid, _NAN))
-            self.out_times.append(time.time())
+            out = self.out_times
+            out.append(self.run_t0 if tid == self.run_tid else self.t0_of.get(tid, _NAN))
+            out.append(_monotonic())
         self.out_results.append([tid, status, payload, None, info])
 
     # ---- sub-tasks ----------------------------------------------------------------

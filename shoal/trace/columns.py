@@ -8,10 +8,19 @@ blob is a msgpack map of columns, one entry per item in the message's order:
      "launched": bin,   N float64 (handed to a worker / posix_spawn called)
      "se": bin,         2N float64: started, ended of item 0, of item 1, ...
      "worker": bin,     N int32 (the worker's index; -1: not a Python task's worker)
-     "extra": nil or {index: [cpus, gpu_ids]}}   (only items that have them)
+     "extra": nil or {index: [cpus, gpu_ids]},   (only items that have them)
+     "mono": float}     (from format 4) the times above are the agent host's monotonic
+                        clock; add this (its Unix time less its monotonic time, read
+                        when the blob was packed) for Unix seconds
 
 little-endian, NaN where a time is not known. Format 2's blob (a msgpack array of one
 ``[launched, started, ended, cpus, gpu_ids, worker]`` per item) is still read.
+
+Why monotonic (format 4): a worker reads that clock before each task anyway (time limits,
+run-time estimates), so a task's start costs no clock read and its end one; the agent
+and its workers share the host's clock, and one offset per message turns it into Unix
+time exactly (both clocks are slewed alike by NTP; only a step of the wall clock between
+a task's end and its message's packing, milliseconds, would shift that message's times).
 
 Why columns: W1 (100,000 no-op tasks) costs the whole runtime about 26 us of CPU per task,
 so the trace has about 1.3 us per task to stay under 5%. A list of six per task, made by
@@ -24,6 +33,7 @@ once per message: about 0.4 us.
 from __future__ import annotations
 
 import sys
+import time
 from array import array
 from itertools import repeat
 from operator import itemgetter
@@ -55,7 +65,8 @@ def _from_le(code: str, data: bytes) -> array:  # type: ignore[type-arg]
 
 class AgentTimes:
     """The agent's side: the times of the results waiting to go to the head, in step with
-    the agent's ``out_results`` (one entry per item, appended where an item is).
+    the agent's ``out_results`` (one entry per item, appended where an item is); all of
+    them ``time.monotonic()`` of this host (the workers' too).
 
     Python tasks' results come a worker message at a time (:meth:`worker_results`: the
     worker's started/ended as bytes, launched from the agent's own record); the rest
@@ -124,7 +135,8 @@ class AgentTimes:
         blob = None
         if len(self.launched) == n and len(self.se) == 2 * n:
             blob = _packb({"n": n, "launched": _le(self.launched), "se": _le(self.se),
-                           "worker": _le(self.workers), "extra": self.extra or None})
+                           "worker": _le(self.workers), "extra": self.extra or None,
+                           "mono": time.time() - time.monotonic()})
         self.clear()
         return blob
 
@@ -139,6 +151,7 @@ def unpack_columns(cols: dict[Any, Any], n: int) -> list[Any] | None:
         se = _from_le("d", cols["se"])
         workers = _from_le("i", cols["worker"])
         extra = cols.get("extra") or {}
+        mono = float(cols.get("mono") or 0.0)
     except (KeyError, TypeError, ValueError):
         return None
     if len(launched) != n or len(se) != 2 * n or len(workers) != n:
@@ -146,7 +159,7 @@ def unpack_columns(cols: dict[Any, Any], n: int) -> list[Any] | None:
     out = []
     for i, (la, st, en, wk) in enumerate(zip(launched, se[0::2], se[1::2], workers, strict=True)):
         ex = extra.get(i)
-        out.append([None if la != la else la, None if st != st else st,  # NaN: unknown
-                    None if en != en else en, ex[0] if ex else None, ex[1] if ex else None,
-                    None if wk < 0 else wk])
+        out.append([None if la != la else la + mono, None if st != st else st + mono,
+                    None if en != en else en + mono,  # NaN: unknown
+                    ex[0] if ex else None, ex[1] if ex else None, None if wk < 0 else wk])
     return out

@@ -124,7 +124,9 @@ STATUS_NAMES = {0: "ok", 1: "error", 2: "cancelled", 3: "depfail", 4: "lost", 5:
 _T_KIND, _T_PAYLOAD, _T_OPTS, _T_ATTEMPT, _T_OWNER = 1, 3, 8, 9, 10
 _CMD = 2
 _CANCELLED, _LOST = 2, 4
-_packb = msgpack.Packer(use_bin_type=True).pack
+_packer = msgpack.Packer(use_bin_type=True)
+_packb = _packer.pack
+_IOV_MAX = 1024  # buffers a writev takes (Linux's and macOS's IOV_MAX)
 _first, _second, _fourth, _fifth = (itemgetter(i) for i in (0, 1, 3, 4))
 _col_attempt = itemgetter(_T_ATTEMPT)
 _col_owner, _col_kind, _col_fid, _col_cores, _col_opts = (itemgetter(i) for i in (10, 1, 2, 5, 8))
@@ -196,7 +198,7 @@ class Recorder:
         except OSError as exc:
             raise TraceError(f"--trace {path!r}: cannot write: {exc.strerror}") from None
         self.live: dict[int, Any] = {}     # the core's tasks (set by the head)
-        self.rows: list[list[Any]] = []
+        self.rows: list[Any] = []  # records; a message as received: _raw's (prefix, body)
         self._num: dict[bytes, int] = {}   # peer ident -> its number (stamped in rows)
         self._agents: set[bytes] = set()   # agents there now
         self.failed = False
@@ -261,7 +263,7 @@ class Recorder:
         if not specs:
             return
         if body is not None and len(body) <= RAW_PER_TASK * len(specs) + RAW_SLACK:
-            self.rows.append([SUBMITTED, self.clock(), owner, body])
+            self.rows.append(_raw(SUBMITTED, self.clock(), owner, body))
             return
         if len(specs) == 1 and specs[0][_T_KIND] != _CMD and not specs[0][_T_OPTS]:
             s = specs[0]  # one plain task (a client's submit alone): no columns to build
@@ -308,7 +310,7 @@ class Recorder:
         n = len(items)
         if (body is not None and len(body) <= RAW_PER_TASK * n + RAW_SLACK
                 and isinstance(packed, bytes)):
-            self.rows.append([RECEIVED, self.clock(), self._num.get(agent, 0), body])
+            self.rows.append(_raw(RECEIVED, self.clock(), self._num.get(agent, 0), body))
             return
         if isinstance(packed, bytes):
             times: Any = packed
@@ -362,17 +364,31 @@ class Recorder:
 
     # ---- writing --------------------------------------------------------------------------
     def flush(self) -> None:
-        """Pack this turn's records (one msgpack array); write what is packed when there
-        is WRITE_BYTES of it or WRITE_EVERY_S passed since the last write."""
+        """Pack this turn's records (one msgpack array; a message recorded as received is
+        not copied: its bytes are written as they came, with ``writev``); write what is
+        packed when there is WRITE_BYTES of it or WRITE_EVERY_S passed since the last
+        write."""
         if self.rows:
             rows, self.rows = self.rows, []
-            data = _packb(rows)
-            self._packed.append(data)
-            self._nbytes += len(data)
+            packed = self._packed
+            n = self._nbytes
+            if any(type(r) is tuple for r in rows):
+                packed.append(_packer.pack_array_header(len(rows)))
+                for r in rows:
+                    if type(r) is tuple:
+                        packed.extend(r)
+                        n += len(r[0]) + len(r[1])
+                    else:
+                        packed.append(_packb(r))
+                        n += len(packed[-1])
+            else:
+                packed.append(_packb(rows))
+                n += len(packed[-1])
+            self._nbytes = n
         if self._packed and (self._nbytes >= WRITE_BYTES or time.monotonic() >= self._write_at):
             if not self.failed:
-                self._write(b"".join(self._packed))
-            self._packed.clear()
+                self._write(self._packed)
+            self._packed = []
             self._nbytes = 0
             self._write_at = time.monotonic() + WRITE_EVERY_S
 
@@ -395,11 +411,16 @@ class Recorder:
         except OSError:
             pass
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, parts: list[bytes]) -> None:
         try:
-            while data:
-                n = os.write(self.fd, data)
-                data = data[n:]
+            for i in range(0, len(parts), _IOV_MAX):
+                chunk = parts[i:i + _IOV_MAX]
+                size = sum(map(len, chunk))
+                n = os.writev(self.fd, chunk)
+                if n < size:  # a short write (a full disk, a signal): the rest as one
+                    data = b"".join(chunk)[n:]
+                    while data:
+                        data = data[os.write(self.fd, data):]
         except OSError as exc:
             # A run is worth more than its trace: go on without it.
             import logging
@@ -408,6 +429,16 @@ class Recorder:
                 "trace %s: cannot write (%s); the run goes on without the trace", self.path,
                 exc.strerror)
             self.failed = True
+
+
+def _raw(tag: int, t: float, num: int | None, body: bytes) -> tuple[bytes, bytes]:
+    """A record ``[tag, t, num, body]`` packed but for the body, which stays as it came
+    (flush writes both without copying the body): (the record's bytes before the body,
+    the body)."""
+    n = len(body)
+    head = (b"\xc4" + n.to_bytes(1, "big") if n < 0x100 else
+            b"\xc5" + n.to_bytes(2, "big") if n < 0x10000 else b"\xc6" + n.to_bytes(4, "big"))
+    return b"\x94" + _packb([tag, t, num])[1:] + head, body  # (an array of 3 made one of 4)
 
 
 def _requests(opts: list[Any]) -> list[Any]:
