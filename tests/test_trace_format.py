@@ -1,4 +1,5 @@
-"""Trace format 3 (the agent's times as columns, shoal.trace.columns) and the older formats.
+"""Trace formats 3 and 4 (the agent's times as columns, shoal.trace.columns; format 4:
+messages as received, open attempts kept by the reader) and the older formats.
 
 A real traced run read back whole (every task's times, agent, cores, attempts, retries);
 the agent's column builder on its own; and one run written by hand in formats 1, 2 and 3
@@ -92,12 +93,11 @@ def test_agent_times_columns_stay_in_step_with_the_results() -> None:
     cols.add([1.0, 2.0, 3.0, [4, 5], ["GPU-0"], None])
     # a worker's message of 3 results of which the agent passes on 2 (one was stopped)
     items = [[11, 0, b"", 1, None], [12, 0, b"", 1, None], [13, 0, b"", 1, None]]
-    se = array("d", [5.0, 6.0, 7.0, 8.0, 9.0, 10.0]).tobytes()  # started, ended per item
-    launched = {11: 4.5, 13: 8.5, 99: 1.0}
-    cols.worker_results(items, [items[0], items[2]], se, 1, launched, {13: (None, ["GPU-1"])})
-    assert launched == {99: 1.0}, "launched times are taken when their results go"
+    # launched (the agent's stamp on the spec), started, ended per item
+    lse = array("d", [4.5, 5.0, 6.0, 6.5, 7.0, 8.0, 8.5, 9.0, 10.0]).tobytes()
+    cols.worker_results(items, [items[0], items[2]], lse, 1, {13: (None, ["GPU-1"])})
     # a worker that sent no times, and a failure the agent reports (times unknown)
-    cols.worker_results([[14, 0, b"", 1, None]], [[14, 0, b"", 1, None]], None, 0, {}, None)
+    cols.worker_results([[14, 0, b"", 1, None]], [[14, 0, b"", 1, None]], None, 0, None)
     cols.add(None)
     cols.add([7.0, 8.0])  # a short list: the rest unknown
     assert len(cols) == 6
@@ -133,18 +133,18 @@ def _rows(tid: int, agent_times: object, statuses: object, attempts: object) -> 
 
 @pytest.mark.parametrize("fmt", [1, 2, 3])
 def test_formats_1_2_and_3_read_alike(tmp_path: Path, fmt: int) -> None:
-    """The same two attempts written the way each format's head and agent wrote them."""
+    """The same two attempts written the way each format's head and agent wrote them
+    (format 4 below)."""
     per_item = [[12.0, 13.0, 14.0, [0], None, 0], [12.5, None, 15.0, None, None, None]]
     if fmt == 1:  # lists in the record
         res = _rows(7, per_item, [0, 1], [1, 1])
     elif fmt == 2:  # one blob per message, an array per item
         res = _rows(7, msgpack.packb(per_item), [0, 1], [1, 1])
     else:  # columns; statuses, attempts single values where all are the same
-        cols = AgentTimes()
-        for tr in per_item:
-            cols.add(tr)
-        blob = msgpack.unpackb(cols.take(2), strict_map_key=False)
-        del blob["mono"]  # format 3's agent sent Unix times
+        nan = float("nan")  # (as format 3's agent packed them: Unix times, no "mono")
+        blob = {"n": 2, "launched": array("d", [12.0, 12.5]).tobytes(),
+                "se": array("d", [13.0, 14.0, nan, 15.0]).tobytes(),
+                "worker": array("i", [0, -1]).tobytes(), "extra": {0: [[0], None]}}
         res = _rows(7, msgpack.packb(blob), [0, 1], 1)
     path = tmp_path / f"f{fmt}.trace"
     with open(path, "wb") as fh:

@@ -11,7 +11,9 @@ Where each fact is known, it is taken (DESIGN.md):
          call / the process exists), ended (the call returned / the process was reaped), the
          CPU ids, GPU ids and worker index it gave the task
 All times are Unix seconds (``time.time()`` of the host that took them: across hosts the
-agent's times are as good as the clocks' agreement).
+agent's times are as good as the clocks' agreement; from format 4 the agent and its
+workers take theirs on the host's monotonic clock and each RESULTS blob carries the offset
+that makes them Unix time, :mod:`shoal.trace.columns`).
 
 File format: a stream of msgpack objects, appended (a head on an existing trace file adds
 a run). Each run starts with a header map ``{"shoal_trace": VERSION, "t", "pid", "host",
