@@ -19,7 +19,7 @@ import cloudpickle
 import msgpack
 import pytest
 
-from shoal import Command, Executor, trace
+from shoal import Command, Executor, futures, trace
 from shoal.trace.columns import AgentTimes, unpack_columns
 from shoal.trace.store import AGENT_JOIN, END, FUNCS, RESULTS, SUBMIT, unpack_times
 
@@ -85,6 +85,50 @@ def test_a_traced_run_read_back_whole(tmp_path: Path) -> None:
     s = trace.summary(t)
     assert (s["tasks"], s["attempts"], s["ok"], s["failed"]) == (2003, 2005, 2003, 0)
     assert (s["retried"], s["failed_attempts"]) == (1, 2)
+
+
+def tree(d: int) -> int:
+    """A task that waits on sub-tasks (it blocks: the worker finishes it later)."""
+    if d == 0:
+        return 1
+    a, b = futures.submit(tree, d - 1), futures.submit(tree, d - 1)
+    return a.result() + b.result()
+
+
+def size(blob: bytes) -> bytes:
+    return blob[: len(blob) // 2]
+
+
+def test_format_4_in_a_real_run_blocked_tasks_and_big_messages(tmp_path: Path) -> None:
+    """Tasks that block on sub-tasks (their times taken when they finish later, or kept in
+    the worker), two functions, and messages too big to keep whole (their arguments and
+    results: the head records them as columns): every attempt is there once, with its
+    times in order."""
+    path = tmp_path / "run.trace"
+    big = os.urandom(300_000)
+    with Executor(workers=2, slots=2, trace=path) as ex:
+        trees = [ex.submit(tree, 3) for _ in range(3)]
+        bigs = [ex.submit(size, big) for _ in range(3)]
+        small = [ex.submit(inc, i) for i in range(300)]
+        assert [f.result(60) for f in trees] == [8, 8, 8]
+        assert all(f.result(60) == big[:150_000] for f in bigs)
+        assert [f.result(60) for f in small] == list(range(1, 301))
+        tops = {f.tid for f in [*trees, *bigs, *small]}
+    t = trace.read(path)
+    assert t.header["shoal_trace"] == 4 and t.ended is not None
+    by_tid: dict[int, list[trace.Attempt]] = {}
+    for a in t.attempts:
+        by_tid.setdefault(a.tid, []).append(a)
+    assert tops <= set(by_tid) and all(len(v) == 1 for v in by_tid.values())
+    for a in t.attempts:
+        assert a.status == "ok", a
+        times = [a.submitted, a.dispatched, a.received]
+        if a.tid in tops or a.worker is not None:  # (a sub-task kept in its parent's
+            times[2:2] = [a.launched, a.started, a.ended]  # worker never left it)
+        assert None not in times and times == sorted(times), a
+    names = {a.name for a in t.attempts}
+    assert {f"{__name__}.tree", f"{__name__}.size", f"{__name__}.inc"} <= names
+    assert trace.summary(t)["tasks"] == len(t.attempts)
 
 
 def test_agent_times_columns_stay_in_step_with_the_results() -> None:
