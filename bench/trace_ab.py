@@ -61,7 +61,7 @@ def main() -> int:
     print(f"\n{args.only} ({args.n} tasks), medians of {args.reps}; load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(f"{'tree':<8}{'off s':>7}{'on s':>7}{'wall':>8}{'pairs':>8}{'CPU':>7}{'trace MB':>9}"
-          f"{'head':>12}{'agent':>12}{'workers':>12}{'client':>12}{'trace us':>9}{'med pair us':>12}")
+          f"{'head':>14}{'agent':>14}{'workers':>16}{'client':>14}{'trace us':>9}{'med pair us':>12}")
     for tag in trees:
         off, on = got[(tag, "off")], got[(tag, "on")]
         w_off, w_on = statistics.median(r[0] for r in off), statistics.median(r[0] for r in on)
@@ -69,7 +69,8 @@ def main() -> int:
         m_off = [statistics.median(r[i] for r in off) for i in range(2, 6)]
         m_on = [statistics.median(r[i] for r in on) for i in range(2, 6)]
         pair_us = statistics.median(sum(b[2:]) - sum(a[2:]) for a, b in zip(off, on, strict=True))
-        cols = "".join(f"{f'{x:.2f}/{y:.2f}':>12}" for x, y in zip(m_off, m_on, strict=True))
+        cols = "".join(f"{f'{x:.2f}/{y:.2f}':>{w}}" for x, y, w in zip(m_off, m_on, (14, 14, 16, 14),
+                                                                        strict=True))
         print(f"{tag:<8}{w_off:>7.2f}{w_on:>7.2f}{(w_on / w_off - 1) * 100:>7.1f}%"
               f"{pairs * 100:>7.1f}%{(sum(m_on) / sum(m_off) - 1) * 100:>6.1f}%"
               f"{statistics.median(r[1] for r in on) / 1e6:>9.1f}{cols}"
