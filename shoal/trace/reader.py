@@ -236,11 +236,13 @@ def _fill(trace: Trace, batches: list[list[Any]]) -> None:
                 _, t, num, tids, statuses, attempts, sent, times, infos = rec[:9]
                 results(t, num, tids, statuses, attempts, sent, times, infos)
             elif tag == ATTEMPT:
-                if v4 and rec[2] != 0:  # closes the open attempt (none open: dropped)
-                    o = opened.pop(rec[1], None)
+                if v4 and rec[2] != 0 and rec[5] is None:  # closes the open attempt
+                    o = opened.pop(rec[1], None)          # (none open: dropped)
                     if o is not None:
                         rows.append((rec[1], o[2], rec[3], rec[4] or o[1], o[0], *rec[6:9]))
-                else:
+                else:  # attempt 0 (resolved without running), or given whole
+                    if v4 and rec[2] != 0:
+                        opened.pop(rec[1], None)
                     rows.append(tuple(rec[1:9]))
             elif tag == SUBMITTED:
                 _, t, owner, body = rec[:4]

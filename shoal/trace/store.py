@@ -62,8 +62,9 @@ to record), each record an array whose first element says what it is:
         its agent, cancelled on its agent; or attempt 0: the head resolved the task without
         running it (again): cancelled, a failed dependency, an impossible request, a hard
         placement on an agent that left (agent 0, dispatched nil). note: why. From format
-        4 an attempt >= 1 (or nil) closes the task's open attempt (dispatched nil: the
-        reader has it), and is dropped when none is open.
+        4 the head writes an attempt >= 1 (or nil) with dispatched nil: it closes the
+        task's open attempt (the reader has its number, agent and dispatch time), and is
+        dropped when none is open.
     [HOSTS, tid, attempt, hosts]
         where the head placed an MPI task's ranks: [[node, ranks, cores per rank], ...]
     [AGENT_JOIN, t, num, name, node, slots, gpus, memory, host, pid]
