@@ -9,7 +9,7 @@ machine, where whole-run CPU moves by more than the trace costs).
    emulated with the real msgpack and the real ``shoal.trace.columns.AgentTimes``: the
    results' way from a worker through the agent to the head's message, off and on.
 
-Results: docs/benchmarks.md ("Issue 14: trace format 3").
+Results: docs/benchmarks.md ("Issue 14: trace format 3", "Issue 14: trace cost, next step").
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 from array import array
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 import msgpack
@@ -94,39 +96,61 @@ def head_parts(n: int) -> dict[str, list[float]]:
 
 def agent_worker_us(mode: str, n: int = 200_000, batch: int = 64) -> float:
     """CPU us per task of the results' way worker -> agent -> head message: ``mode`` off,
-    on (this checkout: columns) or format2 (before: a list of six per result, made by the
-    worker, filled in by the agent and packed again, as shoal did at 207e09f)."""
-    from shoal.trace.columns import NAN, AgentTimes
+    on (this checkout, format 4: the agent stamps its launch time on the spec, the worker
+    sends it back with the start and end it reads anyway, the agent copies the bytes),
+    format3 (as shoal did at 7a9aba1: the agent's launch table, a dict entry and two
+    ``time.time()`` per task in the worker) or format2 (a list of six per result, made by
+    the worker, filled in by the agent and packed again, as shoal did at 207e09f). Every
+    mode reads the monotonic clock before and after each task, as the worker does."""
+    from shoal.trace.columns import AgentTimes
 
     pack = msgpack.Packer(use_bin_type=True).pack
-    on, f2 = mode == "on", mode == "format2"
+    on, f3, f2 = mode == "on", mode == "format3", mode == "format2"
+    mono, wall, nan = time.monotonic, time.time, float("nan")
     t_start: dict[int, float] = {}
     launch: dict[int, float] = {}
     cols = AgentTimes()
     t0 = time.thread_time()
     for b0 in range(0, n, batch):
         tids = range(b0, b0 + batch)
-        if on:  # the agent hands them to a worker: one clock read per dispatch pass
-            now = time.time()
+        specs = [[tid, 0, 5, b"", None, 1, None, None, None, 1, 1, tid] for tid in tids]
+        if on:  # the agent stamps the specs it sends (one clock read per message)
+            now = mono()
+            for spec in specs:
+                if len(spec) > 12:
+                    spec[12] = now
+                else:
+                    spec.append(now)
+        elif f3:  # the agent's launch table (one clock read per dispatch pass)
+            now = wall()
             for tid in tids:
                 launch[tid] = now
         elif f2:
             for tid in tids:
-                launch[tid] = time.time()
+                launch[tid] = wall()
+        specs = msgpack.unpackb(pack([4, specs, {}]), raw=False, strict_map_key=False)[1]
         out: list[list[Any]] = []
         times = array("d")
-        for tid in tids:  # the worker runs them
-            if on:
-                t_start[tid] = time.time()
-                times.append(t_start.pop(tid, NAN))
-                times.append(time.time())
+        for spec in specs:  # the worker runs them
+            tid = spec[0]
+            start = mono()
+            if f3:
+                t_start[tid] = wall()
             elif f2:
-                t_start[tid] = time.time()
+                t_start[tid] = wall()
                 out.append([tid, 0, b"\x80", None, None,
-                            [None, t_start.pop(tid, None), time.time(), None, None, None]])
-                continue
-            out.append([tid, 0, b"\x80", None, None])
-        msg = msgpack.unpackb(pack([3, out, {}, times.tobytes()] if on else [3, out, {}]),
+                            [None, t_start.pop(tid, None), wall(), None, None, None]])
+            if not f2:
+                out.append([tid, 0, b"\x80", None, None])
+            end = mono()
+            if on:
+                times.append(spec[12] if len(spec) > 12 else nan)
+                times.append(start)
+                times.append(end)
+            elif f3:
+                times.append(t_start.pop(tid, nan))
+                times.append(wall())
+        msg = msgpack.unpackb(pack([3, out, {}, times.tobytes()] if on or f3 else [3, out, {}]),
                               raw=False, strict_map_key=False)
         res = []
         for item in msg[1]:  # the agent passes them on
@@ -137,8 +161,15 @@ def agent_worker_us(mode: str, n: int = 200_000, batch: int = 64) -> float:
                 tr[5] = 0
             res.append(item)
         if on:
-            cols.worker_results(msg[1], res, msg[3], 0, launch, None)
+            cols.worker_results(msg[1], res, msg[3], 0, None)
             pack([3, res, cols.take(len(res))])
+        elif f3:  # format 3's AgentTimes: started/ended from the worker, launched popped
+            se = array("d")
+            se.frombytes(msg[3])
+            la = array("d", map(launch.pop, map(itemgetter(0), res), repeat(nan)))
+            pack([3, res, pack({"n": len(res), "launched": la.tobytes(), "se": se.tobytes(),
+                                "worker": array("i", repeat(0, len(res))).tobytes(),
+                                "extra": None})])
         elif f2:
             pack([3, res, pack(list(map(list.pop, res)))])
         else:
@@ -163,13 +194,14 @@ def main() -> int:
         print(f"  {name:<11}{statistics.median(per):6.3f}   calls {min(calls)}-{max(calls)}")
     total = [sum(r[k][1] for k in r) / args.n * 1e6 for r in runs]
     print(f"  {'all':<11}{statistics.median(total):6.3f}   ({min(total):.3f}-{max(total):.3f})")
-    got: dict[str, list[float]] = {"off": [], "format2": [], "on": []}
+    got: dict[str, list[float]] = {"off": [], "format2": [], "format3": [], "on": []}
     for _ in range(args.reps):
         for mode, us in got.items():
             us.append(agent_worker_us(mode))
-    off, f2, on = (statistics.median(got[m]) for m in ("off", "format2", "on"))
-    print(f"agent + workers, emulated, us per task: off {off:.3f}; format 2 (before) {f2:.3f} "
-          f"(trace +{f2 - off:.3f}); format 3 (this checkout) {on:.3f} (trace +{on - off:.3f})")
+    off, f2, f3, on = (statistics.median(got[m]) for m in ("off", "format2", "format3", "on"))
+    print(f"agent + workers, emulated, us per task: off {off:.3f}; format 2 {f2:.3f} "
+          f"(trace +{f2 - off:.3f}); format 3 {f3:.3f} (trace +{f3 - off:.3f}); this checkout "
+          f"{on:.3f} (trace +{on - off:.3f})")
     print(f"(load average {' '.join(f'{x:.1f}' for x in os.getloadavg())})")
     return 0
 

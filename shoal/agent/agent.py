@@ -154,9 +154,7 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
         # columns in step with out_results (shoal.trace.columns.AgentTimes)
         self.trace = False
         self.run_slots = 0      # slots of the run as the head welcomed this agent
-        self.trace_launch: dict[int, float] = {}  # Python task -> when given to a worker
-        self.trace_times: Any = None  # AgentTimes once traced
-        self.trace_now = 0.0  # traced: when this _dispatch pass began (launched)
+        self.trace_times: Any = None  # AgentTimes once traced (times: time.monotonic())
         self.out_submit: list[list[Any]] = []
         self.out_funcs: dict[int, bytes] = {}
         self.out_workers: dict[bytes, list[list[Any]]] = {}
@@ -256,10 +254,9 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
                     w.started.pop(item[0], None)
                 item[3] = spec[T_ATTEMPT] if len(spec) > T_ATTEMPT else None  # R_ATTEMPT
                 out.append(item)
-            if self.trace:  # the worker sent started, ended as bytes (msg[3])
+            if self.trace:  # the worker sent launched, started, ended as bytes (msg[3])
                 self.trace_times.worker_results(msg[1], out[first:], msg[3] if len(msg) > 3
-                                                else None, w.index, self.trace_launch,
-                                                self.py_gpu_held)
+                                                else None, w.index, self.py_gpu_held)
             if not tasks:
                 w.queued_s = 0.0
             if len(msg) > 2 and msg[2]:
@@ -310,10 +307,13 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
             if w.ready and not w.doomed:
                 self.out_workers.setdefault(w.ident, [])
 
-    def _result_to_head(self, item: list[Any]) -> None:
+    def _result_to_head(self, item: list[Any], spec: list[Any] | None = None) -> None:
+        """A result the agent makes (a command's, a failure); ``spec``: the Python task's,
+        when the agent gave it to a worker (traced: its launched time is there)."""
         if self.trace:  # its times (a 6th field) go to the columns; without: what is known
             self.trace_times.add(item.pop() if len(item) > 5 else [
-                self.trace_launch.pop(item[0], None), None, time.time(), None, None, None])
+                spec[P.T_LAUNCH] if spec is not None and len(spec) > P.T_LAUNCH else None,
+                None, time.monotonic(), None, None, None])
         self.out_results.append(item)  # the window (sent separately) accounts for its cores
 
     def _want_credit(self) -> None:
@@ -354,8 +354,6 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
         w.est[spec[0]] = e
         w.queued_s += e
         w.tasks[spec[0]] = spec
-        if self.trace:  # one clock read per _dispatch pass (the tasks leave at its _flush)
-            self.trace_launch[spec[0]] = self.trace_now
         if len(spec) > T_OWNER:
             owner = spec[T_OWNER]
             if owner is not None:
@@ -385,8 +383,6 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
         # Python tasks to workers that want them: pinned blocks (static schedule) to their
         # worker; the shared queue round-robin, one task per worker per pass, idle workers
         # first, so tasks spread over idle workers before any worker gets a second one.
-        if self.trace:
-            self.trace_now = time.time()
         if self.py_queue or self.pinned:
             free = self._free_cores()
             ready = [w for w in self.workers.values() if w.ready]  # a ROUTER drops to others
@@ -476,6 +472,13 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
                         blob = self.func_blobs.get(fid)
                         if blob is not None:
                             funcs[fid] = blob
+                if self.trace:  # launched: the worker sends it back with its times
+                    now = time.monotonic()
+                    for spec in specs:
+                        if len(spec) > P.T_LAUNCH:
+                            spec[P.T_LAUNCH] = now
+                        else:
+                            spec.append(now)
                 for c in self.consts:  # shoal.shared constants travel once per worker
                     if c not in w.sent_fids:
                         w.sent_fids.add(c)

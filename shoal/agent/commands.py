@@ -71,7 +71,7 @@ class Commands:
         running: bool
         exit_code: int
         def _free_cores(self) -> int: ...
-        def _result_to_head(self, item: list[Any]) -> None: ...
+        def _result_to_head(self, item: list[Any], spec: list[Any] | None = None) -> None: ...
         def _start_placed(self, spec: list[Any], cores: int, free: int,
                           index: int) -> int | None: ...
 
@@ -163,7 +163,7 @@ class Commands:
                 del queue[skip]
             else:
                 queue.popleft()
-            launched = time.time() if self.trace else 0.0
+            launched = time.monotonic() if self.trace else 0.0
             free -= cores
             self._track(self._hand(spec[0], spec[3], cores), spec, cores, launched)
 
@@ -221,8 +221,8 @@ class Commands:
         """Traced: the RESULT's 6th field for a command that exited (else nothing)."""
         if not self.trace:
             return []
-        off = time.time() - time.monotonic()  # the helper's times are monotonic
-        return [[run.launched or None, started + off, ended + off, run.cpus, run.gpus, None]]
+        # the helper's times are monotonic, as are all the agent's (shoal.trace.columns)
+        return [[run.launched or None, started, ended, run.cpus, run.gpus, None]]
 
     def _command_chores(self, now: float) -> None:
         """About once a second: MPI launchers past their grace (the helper trims output)."""

@@ -43,7 +43,6 @@ class HeadLink:
         self.sent_window = -1   # the first credit: every slot plus its prefetch
         self.trace = bool(info.get("trace"))  # attach times to results (shoal.trace)
         self.run_slots = int(info.get("slots") or 0)  # the run's, as this agent joined
-        self.trace_launch.clear()
         if self.trace:
             from shoal.trace.columns import AgentTimes  # only traced agents pay its import
 

@@ -65,7 +65,7 @@ class Running:
     gpus: list[str] | None = None   # GPU ids it was given (opts "gpus")
     mpi: bool = False               # an MPI launcher (mpirun/srun) leads it: stop it gently
     kill_at: float = 0.0            # MPI: when SIGKILL follows the SIGTERM of kill() (0: none)
-    launched: float = 0.0           # traced: epoch seconds when the agent called spawn
+    launched: float = 0.0           # traced: time.monotonic() when the agent called spawn
     helper: Any = None              # the agent's shoal.agent.spawner.Spawner that runs it
     key: int = 0                    # its name between the agent and that helper
 

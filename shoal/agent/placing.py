@@ -98,7 +98,7 @@ class Placing:
         if gpus:
             forced = resources.gpu_env(gpus)
         argv = None
-        launched = time.time() if self.trace else 0.0
+        launched = time.monotonic() if self.trace else 0.0
         try:
             if err is not None:
                 raise err

@@ -214,7 +214,7 @@ class WorkerPool:
         for tid, spec in w.tasks.items():
             if tid in w.blocked or tid == running or tid in w.started:
                 self._result_to_head([tid, P.LOST, why.encode(), spec_attempt(spec),
-                                      text_info(why)])
+                                      text_info(why)], spec)
         self._requeue_front([spec for t, spec in w.tasks.items()
                              if t not in w.blocked and t != running and t not in w.started])
         log.warning("%s", why)

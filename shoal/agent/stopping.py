@@ -162,18 +162,16 @@ class Stopping:
         log.info("task %#x %s", tid, text)
         item = [tid, P.TIMEOUT, text.encode(), spec[P.T_ATTEMPT] if len(spec) > P.T_ATTEMPT
                 else None, text_info(text)]
-        if self.trace:  # traced: when it started and ran out, on which worker
-            now = time.time()
-            item.append([self.trace_launch.pop(tid, None),
-                         None if began is None else now - (time.monotonic() - began), now, None,
-                         None, w.index])
+        if self.trace:  # traced: when it started and ran out, on which worker (monotonic)
+            item.append([spec[P.T_LAUNCH] if len(spec) > P.T_LAUNCH else None, began,
+                         time.monotonic(), None, None, w.index])
         self._result_to_head(item)
         why = (f"worker {w.index} (pid {w.pid}) on {self.name} was killed while running this "
                f"task, because task {tid:#x} on it timed out")
         for s in started:
             if s[0] != tid:
                 self._result_to_head([s[0], P.LOST, why.encode(), s[P.T_ATTEMPT]
-                                      if len(s) > P.T_ATTEMPT else None, text_info(why)])
+                                      if len(s) > P.T_ATTEMPT else None, text_info(why)], s)
         self._requeue_front(unstarted)
 
     # ---- stopping tasks wherever they are ---------------------------------------------------
@@ -227,7 +225,8 @@ class Stopping:
                 for s in started:
                     if s[0] not in tids:
                         self._result_to_head([s[0], P.LOST, why.encode(), s[P.T_ATTEMPT]
-                                              if len(s) > P.T_ATTEMPT else None, text_info(why)])
+                                              if len(s) > P.T_ATTEMPT else None, text_info(why)],
+                                             s)
                 self._requeue_front([s for s in unstarted if s[0] not in tids])
                 stopped.extend(hit)
             else:

@@ -109,8 +109,11 @@ class WorkerContext:
         self.slot_of: dict[greenlet.greenlet, int] = {}  # what the agent is told runs
         self.burst = 0              # sub-tasks the running greenlet submitted since switched in
         self.trace = False          # the agent asked for times: results carry start and end
-        self.t_start: dict[int, float] = {}  # traced: agent task -> time.time() it started
-        self.out_times = array("d")  # traced: started, ended of each of out_results
+        # traced: launched (the agent's stamp, T_LAUNCH), started, ended of each of
+        # out_results: the monotonic reads each task takes anyway (run-time estimates, time
+        # limits), so the trace reads no clock; a task that blocked keeps its stamp here
+        self.out_times = array("d")
+        self.launch_of: dict[int, float] = {}
         self.lock: Any = None       # shared with the agent (agent.pool): claims of queued tasks
         self.cancel_seen = 0        # the last CANCEL of queued tasks read
         self.owner: int | None = None  # the client of its tasks (the agent binds a worker
@@ -127,7 +130,7 @@ class WorkerContext:
         if self.out_results:
             res, self.out_results = self.out_results, []
             stats, self.stats = self.stats, {}
-            if self.trace:  # the agent adds launched and the worker (shoal.trace.columns)
+            if self.trace:  # launched, started, ended as bytes (the agent adds the worker)
                 times, self.out_times = self.out_times, array("d")
                 self._send([P.RESULTS, res, stats, times.tobytes()])
             else:
@@ -301,8 +304,6 @@ class WorkerContext:
         # process dies now, that task is the one the agent reports lost.
         slot_tid = self.slot_of[g] = root or tid
         t0 = _monotonic()
-        if self.trace and not root:
-            self.t_start[tid] = time.time()
         slot = self.running_slot
         if slot is not None:  # a kept sub-task shows its root, started when the root did
             _pack_into("qd", slot, self.slot_offset, slot_tid,
@@ -313,10 +314,18 @@ class WorkerContext:
         if not g.dead:  # it waits on sub-tasks: remember since when it runs
             if not root:
                 self.t0_of[tid] = t0
+                if self.trace:
+                    self.launch_of[tid] = spec[P.T_LAUNCH] if len(spec) > P.T_LAUNCH else _NAN
         else:  # finished without blocking: a clean run-time sample for the agent
             del self.task_of[g]
             del self.slot_of[g]
-            dt = _monotonic() - t0
+            t1 = _monotonic()
+            dt = t1 - t0
+            if self.trace and not root:  # its result is the last of out_results (_result)
+                out = self.out_times
+                out.append(spec[P.T_LAUNCH] if len(spec) > P.T_LAUNCH else _NAN)
+                out.append(t0)
+                out.append(t1)
             key = spec[2] if spec[1] == P.PY else -spec[2]
             st = self.stats.get(key)
             if st is None:
@@ -348,6 +357,11 @@ class WorkerContext:
         if g.dead:
             self.task_of.pop(g, None)
             if self.slot_of.pop(g, None) == tid:
+                if self.trace:  # (as in _start: its result is the last of out_results)
+                    out = self.out_times
+                    out.append(self.launch_of.pop(tid, _NAN))
+                    out.append(self.t0_of.get(tid, _NAN))
+                    out.append(_monotonic())
                 self.t0_of.pop(tid, None)
 
     def _run(self, spec: list[Any]) -> None:
@@ -409,9 +423,6 @@ class WorkerContext:
             return
         if not self.out_results:
             self.first_unsent = time.monotonic()
-        if self.trace:  # started, ended: float64s sent as bytes with the results
-            self.out_times.append(self.t_start.pop(tid, _NAN))
-            self.out_times.append(time.time())
         self.out_results.append([tid, status, payload, None, info])
 
     # ---- sub-tasks ----------------------------------------------------------------

@@ -241,7 +241,7 @@ class Head:
             return
         if kind == P.RESULTS:
             if self.tracer is not None:  # trace: before the core reuses the items
-                self.tracer.results(ident, msg[1], msg[2] if len(msg) > 2 else None)
+                self.tracer.results(ident, msg[1], msg[2] if len(msg) > 2 else None, body)
             failed = self.status.results(self.core, ident, msg[1])  # before the core reuses them
             self._apply(self.core.finished(ident, msg[1]))
             if failed:
@@ -264,9 +264,13 @@ class Head:
                 specs, keys = self._journal_submit(peer, specs, msg[4] if len(msg) > 4 else None)
             d = self.core.submit(specs, ident, static=bool(msg[3]), keys=keys,
                                  owner_num=peer.num if peer.role == "client" else None)
-            if self.tracer is not None:  # trace: the specs as the core padded them
+            if self.tracer is not None:  # trace: the message as it came, or the specs taken
                 self.tracer.funcs(msg[4] if len(msg) > 4 else None)
-                self.tracer.submitted(specs)
+                if specs is msg[1]:
+                    self.tracer.submitted(specs, body, peer.num if peer.role == "client"
+                                          else None)
+                else:
+                    self.tracer.submitted(specs)
             self._apply(d)
         elif kind == P.RETURN:
             if self.tracer is not None:

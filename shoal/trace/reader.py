@@ -9,20 +9,28 @@ from typing import Any, NamedTuple
 import msgpack
 
 from shoal.trace.store import (
+    _CMD,
     AGENT_JOIN,
     AGENT_LEAVE,
     ATTEMPT,
     CLIENT_JOIN,
     CLIENT_LEAVE,
+    DISPATCH,
     END,
     FUNCS,
     HOSTS,
+    RECEIVED,
     RESULTS,
+    REVOKED,
     STATUS_NAMES,
     SUBMIT,
+    SUBMITTED,
+    UNFINISHED,
     VERSION,
     TraceError,
     _note,
+    _program,
+    _requests,
     unpack_times,
 )
 
@@ -152,6 +160,15 @@ def read(path: str | os.PathLike[str], run: int = -1) -> Trace:
     return trace
 
 
+def _unpack_body(body: Any) -> list[Any]:
+    """A message recorded as received (format 4); [] if it cannot be read."""
+    try:
+        msg = msgpack.unpackb(body, raw=False, strict_map_key=False, use_list=True)
+    except (TypeError, ValueError, msgpack.UnpackException):
+        return []
+    return msg if isinstance(msg, list) else []
+
+
 def _fill(trace: Trace, batches: list[list[Any]]) -> None:
     funcs: dict[int, str] = {}
     agents: dict[int, AgentSpan] = {}
@@ -159,26 +176,87 @@ def _fill(trace: Trace, batches: list[list[Any]]) -> None:
     hosts: dict[tuple[int, int], Any] = {}   # (tid, attempt) -> MPI hosts
     # (tid, attempt, status, agent, dispatched, received, agent_times, note)
     rows: list[tuple[Any, ...]] = []
+    # format 4: the head keeps no open attempts; they are rebuilt here, in record order:
+    # tid -> (dispatched, agent, attempt) from its DISPATCH until a result or close
+    v4 = isinstance(trace.header.get("shoal_trace"), int) and trace.header["shoal_trace"] >= 4
+    opened: dict[int, tuple[float, int, Any]] = {}
+
+    def results(t: float, num: int, tids: list[int], statuses: Any, attempts: Any, sent: Any,
+                times: Any, infos: Any) -> None:
+        n = len(tids)
+        if not isinstance(times, list):  # format 2 on: the agent's packed blob
+            times = unpack_times(times, n)
+        if not isinstance(statuses, list):  # format 3: one value for all
+            statuses = [statuses] * n
+        if not isinstance(attempts, list):
+            attempts = [attempts] * n
+        if sent is not None:  # formats 1-3: the head kept the open attempts
+            for tid, attempt, status, disp, tr, info in zip(
+                    tids, attempts, statuses, sent, times, infos or [None] * n, strict=True):
+                rows.append((tid, attempt, status, num, disp, t, tr,
+                             _note(info) if info else None))
+            return
+        for tid, attempt, status, tr, info in zip(tids, attempts, statuses, times,
+                                                  infos or [None] * n, strict=True):
+            o = opened.get(tid)  # the core's rule: the open attempt, from its agent
+            if o is None or o[1] != num or (attempt is not None and attempt != o[2]):
+                continue  # stale: the head dropped it
+            del opened[tid]
+            rows.append((tid, o[2] if attempt is None else attempt, status, num, o[0], t, tr,
+                         _note(info) if info else None))
+
     for batch in batches:
         for rec in batch:
             if not isinstance(rec, list) or not rec:
                 continue
             tag = rec[0]
-            if tag == RESULTS:
-                _, t, num, tids, statuses, attempts, sent, times, infos = rec[:9]
-                n = len(tids)
-                if not isinstance(times, list):  # format 2 on: the agent's packed blob
-                    times = unpack_times(times, n)
-                if not isinstance(statuses, list):  # format 3: one value for all
-                    statuses = [statuses] * n
+            if tag == RECEIVED:
+                _, t, num, body = rec[:4]
+                msg = _unpack_body(body)
+                items = msg[1] if len(msg) > 1 and isinstance(msg[1], list) else []
+                if not items:
+                    continue
+                blob = msg[2] if len(msg) > 2 else None
+                times = (blob if blob is not None else
+                         [it[5] if len(it) > 5 else None for it in items])
+                results(t, num, [it[0] for it in items], [it[1] for it in items],
+                        [it[3] if len(it) > 3 else None for it in items], None, times,
+                        [it[4] if len(it) > 4 else None for it in items])
+            elif tag == DISPATCH:
+                _, t, num, tids, attempts = rec[:5]
                 if not isinstance(attempts, list):
-                    attempts = [attempts] * n
-                for tid, attempt, status, disp, tr, info in zip(
-                        tids, attempts, statuses, sent, times, infos or [None] * n, strict=True):
-                    rows.append((tid, attempt, status, num, disp, t, tr,
-                                 _note(info) if info else None))
+                    attempts = [attempts] * len(tids)
+                for tid, attempt in zip(tids, attempts, strict=True):
+                    o = opened.get(tid)
+                    if o is not None:  # dispatched again without word of the last attempt
+                        rows.append((tid, o[2], REVOKED, o[1], o[0], t, None,
+                                     "given up by the head"))
+                    opened[tid] = (t, num, attempt)
+            elif tag == RESULTS:
+                _, t, num, tids, statuses, attempts, sent, times, infos = rec[:9]
+                results(t, num, tids, statuses, attempts, sent, times, infos)
             elif tag == ATTEMPT:
-                rows.append(tuple(rec[1:9]))
+                if v4 and rec[2] != 0 and rec[5] is None:  # closes the open attempt
+                    o = opened.pop(rec[1], None)          # (none open: dropped)
+                    if o is not None:
+                        rows.append((rec[1], o[2], rec[3], rec[4] or o[1], o[0], *rec[6:9]))
+                else:  # attempt 0 (resolved without running), or given whole
+                    if v4 and rec[2] != 0:
+                        opened.pop(rec[1], None)
+                    rows.append(tuple(rec[1:9]))
+            elif tag == SUBMITTED:
+                _, t, owner, body = rec[:4]
+                msg = _unpack_body(body)
+                if len(msg) > 4 and isinstance(msg[4], dict):
+                    funcs.update(msg[4])
+                for spec in msg[1] if len(msg) > 1 and isinstance(msg[1], list) else ():
+                    n = len(spec)
+                    kind = spec[1] if n > 1 else None
+                    opts = spec[8] if n > 8 else None
+                    tasks[spec[0]] = (
+                        t, owner if owner is not None else (spec[10] if n > 10 else None), kind,
+                        _program(spec) if kind == _CMD else (spec[2] if n > 2 else None),
+                        spec[5] if n > 5 else None, _requests([opts])[0] if opts else None)
             elif tag == SUBMIT:
                 _, t, tids, owners, kinds, whats, cores, requests = rec[:8]
                 n = len(tids)
@@ -208,6 +286,10 @@ def _fill(trace: Trace, batches: list[list[Any]]) -> None:
                     c["left"] = rec[1]
             elif tag == END:
                 trace.ended, trace.stats = rec[1], rec[2] or {}
+                for tid, (disp, num, attempt) in opened.items():  # running when the head stopped
+                    rows.append((tid, attempt, UNFINISHED, num, disp, rec[1], None,
+                                 "the head stopped"))
+                opened.clear()
     out = trace.attempts
     nothing = (None, None, None, None, None, None)
     unknown = (None, None, None, "?", 1, None)

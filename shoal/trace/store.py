@@ -11,7 +11,9 @@ Where each fact is known, it is taken (DESIGN.md):
          call / the process exists), ended (the call returned / the process was reaped), the
          CPU ids, GPU ids and worker index it gave the task
 All times are Unix seconds (``time.time()`` of the host that took them: across hosts the
-agent's times are as good as the clocks' agreement).
+agent's times are as good as the clocks' agreement; from format 4 the agent and its
+workers take theirs on the host's monotonic clock and each RESULTS blob carries the offset
+that makes them Unix time, :mod:`shoal.trace.columns`).
 
 File format: a stream of msgpack objects, appended (a head on an existing trace file adds
 a run). Each run starts with a header map ``{"shoal_trace": VERSION, "t", "pid", "host",
@@ -36,11 +38,33 @@ to record), each record an array whose first element says what it is:
         format 3 columns (:mod:`shoal.trace.columns`). infos: nil (no failures), or per
         result nil or the failure's info
         (``{"why": ..., "types": [...]}``, ``{"exit": N}`` for a command exiting non-zero).
+        From format 4 dispatched is nil: the reader takes it from the DISPATCH record.
+    [SUBMITTED, t, owner, body]                                           (format 4)
+        one SUBMIT message as the head received it (its msgpack body, unopened:
+        ``[SUBMIT, specs, funcs, static, names]``, see :mod:`shoal.transport.protocol`),
+        at ``t``; owner: the client's number, nil for an agent's sub-tasks (their specs
+        carry it). The reader takes each task's facts from the specs and the functions'
+        names from ``names``. Written in place of a SUBMIT record when the body is small
+        (RAW_PER_TASK bytes a task): the head then does no work per task.
+    [DISPATCH, t, agent, tids, attempts]                                   (format 4)
+        one TASKS message the head sent that agent at ``t``: the tasks' ids and attempt
+        numbers (one value for all when they are the same). The head keeps no table of
+        open attempts: the reader does (an attempt is open from its DISPATCH to its
+        result, an ATTEMPT record that closes it, a new DISPATCH of the task (REVOKED:
+        given up by the head) or the END record (UNFINISHED)).
+    [RECEIVED, t, agent, body]                                             (format 4)
+        one RESULTS message from that agent as received (``[RESULTS, items, times]``, its
+        times as the agent packed them, :mod:`shoal.trace.columns`); written in place of
+        a RESULTS record when small. A result counts when its attempt is open on that
+        agent (the core's rule): the reader drops the rest, as the head did before.
     [ATTEMPT, tid, attempt, status, agent, dispatched, received, agent_times, note]
         one attempt the head ended itself: RETURNED / REVOKED / UNFINISHED below, LOST with
         its agent, cancelled on its agent; or attempt 0: the head resolved the task without
         running it (again): cancelled, a failed dependency, an impossible request, a hard
-        placement on an agent that left (agent 0, dispatched nil). note: why.
+        placement on an agent that left (agent 0, dispatched nil). note: why. From format
+        4 the head writes an attempt >= 1 (or nil) with dispatched nil: it closes the
+        task's open attempt (the reader has its number, agent and dispatch time), and is
+        dropped when none is open.
     [HOSTS, tid, attempt, hosts]
         where the head placed an MPI task's ranks: [[node, ranks, cores per rank], ...]
     [AGENT_JOIN, t, num, name, node, slots, gpus, memory, host, pid]
@@ -56,15 +80,15 @@ records in one C call and writes them in one ``write()`` every WRITE_EVERY_S: no
 transaction, no row per task in a database. A head killed mid-write leaves a truncated
 last object, which the reader drops (``truncated``).
 
-Cost (the head's hot path with the trace on): the task's static facts go out once per
-SUBMIT message as columns (C-level ``map`` over the specs, no object per task); the head
-keeps no table of its own beyond ``_open`` (tid -> dispatched, while an attempt runs) and
-reads the rest from the core's task table; results are recorded as columns too (one record
-per RESULTS message; a column whose values are all the same is one value), so an attempt
-costs one dict entry and the packing of its values. The agent's times arrive as one blob
-per message, stored as it came (columns, :mod:`shoal.trace.columns`). In W1 a SUBMIT or
-RESULTS message holds 100-300 tasks, so the fixed cost per message or turn is a few
-percent of the recorder's; what is left is per task (about 0.5 us, docs/benchmarks.md).
+Cost (the head's hot path with the trace on; format 4): the head records messages, not
+tasks. A SUBMIT or RESULTS message goes to the trace as the bytes it arrived in (one
+record per message: nothing per task), a TASKS message as its tids and attempts (two
+C-level ``map``s); the head keeps no table of open attempts, and the reader rebuilds each
+attempt's life from the records in order. W1 (100,000 no-op tasks, 100-300 a message)
+costs the whole runtime about 26 us of CPU a task, so the trace has about 1.1 us a task
+in all processes for its 5% (docs/benchmarks.md, "trace cost, next step"). A message
+whose body is large for its tasks (big arguments or results) is recorded as columns
+instead (SUBMIT and RESULTS records): its tasks cost far more than the trace's work.
 """
 
 from __future__ import annotations
@@ -73,7 +97,6 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterable
-from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
@@ -82,10 +105,16 @@ import msgpack
 from shoal.trace.columns import unpack_columns
 
 # 2: RESULTS' agent_times may be one blob packed by the agent, an array per item;
-# 3: that blob may be columns (shoal.trace.columns). 1 and 2 are still read.
-VERSION = 3
+# 3: that blob may be columns (shoal.trace.columns); 4: messages as received (SUBMITTED,
+# RECEIVED), DISPATCH records, open attempts kept by the reader. 1-3 are still read.
+VERSION = 4
 (ATTEMPT, AGENT_JOIN, AGENT_LEAVE, FUNCS, CLIENT_JOIN, CLIENT_LEAVE, END, SUBMIT, RESULTS,
- HOSTS) = range(10)
+ HOSTS, SUBMITTED, DISPATCH, RECEIVED) = range(13)
+# a message is recorded as received while its body is at most this many bytes a task (plus
+# RAW_SLACK: a function sent by value); a larger one as columns (no arguments or results
+# copied into the trace: a task that moves that much costs more than its columns do)
+RAW_PER_TASK = 256
+RAW_SLACK = 4096
 # statuses only the trace uses (the protocol's are 0-5)
 RETURNED = 16     # handed back unstarted (drain) or requeued when its agent left in order
 REVOKED = 17      # given up by the head (a share of an MPI task was lost, its owner left)
@@ -98,8 +127,11 @@ STATUS_NAMES = {0: "ok", 1: "error", 2: "cancelled", 3: "depfail", 4: "lost", 5:
 _T_KIND, _T_PAYLOAD, _T_OPTS, _T_ATTEMPT, _T_OWNER = 1, 3, 8, 9, 10
 _CMD = 2
 _CANCELLED, _LOST = 2, 4
-_packb = msgpack.Packer(use_bin_type=True).pack
+_packer = msgpack.Packer(use_bin_type=True)
+_packb = _packer.pack
+_IOV_MAX = 1024  # buffers a writev takes (Linux's and macOS's IOV_MAX)
 _first, _second, _fourth, _fifth = (itemgetter(i) for i in (0, 1, 3, 4))
+_col_attempt = itemgetter(_T_ATTEMPT)
 _col_owner, _col_kind, _col_fid, _col_cores, _col_opts = (itemgetter(i) for i in (10, 1, 2, 5, 8))
 # Packed turns are written when this much waits or this long passed (a head killed with
 # SIGKILL loses at most that much of the trace; an orderly exit loses nothing).
@@ -143,7 +175,8 @@ class Recorder:
 
     The head calls it only when tracing, and calls the hooks that close attempts before
     the core requeues or forgets them (``live``: the core's task table, read for attempt
-    numbers and MPI hosts).
+    numbers, agents and MPI hosts). It keeps no table of open attempts (format 4): the
+    reader does.
     """
 
     def __init__(self, path: str, run_id: str = "",
@@ -168,8 +201,7 @@ class Recorder:
         except OSError as exc:
             raise TraceError(f"--trace {path!r}: cannot write: {exc.strerror}") from None
         self.live: dict[int, Any] = {}     # the core's tasks (set by the head)
-        self.rows: list[list[Any]] = []
-        self._open: dict[int, float] = {}  # tid -> dispatched, while its attempt runs
+        self.rows: list[Any] = []  # records; a message as received: _raw's (prefix, body)
         self._num: dict[bytes, int] = {}   # peer ident -> its number (stamped in rows)
         self._agents: set[bytes] = set()   # agents there now
         self.failed = False
@@ -200,35 +232,41 @@ class Recorder:
                       holds: Iterable[int]) -> None:
         """An agent left or was lost, before the core hears of it: ``running``, the tasks
         it leads, end LOST (or RETURNED when it left in order); ``holds``, MPI tasks led by
-        other agents with a share on it, end REVOKED."""
+        other agents with a share on it, end REVOKED. (A task the core gave it that never
+        left the head has no open attempt: the reader drops its close.)"""
         self._agents.discard(ident)
         now = self.clock()
         self.rows.append([AGENT_LEAVE, now, self._num.get(ident, 0), reason, lost])
-        opened = self._open
-        self._close([t for t in running if t in opened], _LOST if lost else RETURNED, now,
-                    f"agent {reason}")
-        self._close([t for t in holds if t in opened], REVOKED, now,
-                    f"an agent holding its ranks left: {reason}")
+        self._close(list(running), _LOST if lost else RETURNED, now, f"agent {reason}")
+        self._close(list(holds), REVOKED, now, f"an agent holding its ranks left: {reason}")
         self._num.pop(ident, None)
 
     def client_leaving(self, ident: bytes, num: int, reason: str) -> None:
         """A client left, before the core drops its tasks (and its tasks' sub-tasks: the
-        core's rule, ``shoal.head.core.cancel_owner``)."""
+        core's rule, ``shoal.head.core.cancel_owner``): those on an agent end REVOKED, the
+        rest cancelled."""
         now = self.clock()
         self.rows.append([CLIENT_LEAVE, now, self._num.pop(ident, 0), reason])
-        mine = [tid for tid, t in self.live.items()
-                if t.owner == ident or t.spec[_T_OWNER] == num]
-        self.cancelled(t for t in mine if t not in self._open)
-        self._close([t for t in mine if t in self._open], REVOKED, now, "its client left")
+        mine = [t for t in self.live.values() if t.owner == ident or t.spec[_T_OWNER] == num]
+        self.cancelled(t.tid for t in mine if t.agent is None)
+        self._close([t.tid for t in mine if t.agent is not None], REVOKED, now,
+                    "its client left")
 
     def funcs(self, names: Any) -> None:
         if isinstance(names, dict) and names:
             self.rows.append([FUNCS, names])
 
     # ---- tasks --------------------------------------------------------------------------
-    def submitted(self, specs: list[list[Any]]) -> None:
-        """Specs the core took (padded to full length by it): one SUBMIT record."""
+    def submitted(self, specs: list[list[Any]], body: bytes | None = None,
+                  owner: int | None = None) -> None:
+        """Specs the core took (padded to full length by it). ``body``: the SUBMIT message
+        as received, when it holds exactly these specs (``owner``: its client's number, None
+        for an agent's sub-tasks): recorded as it came while it is small (SUBMITTED), else
+        one SUBMIT record of columns."""
         if not specs:
+            return
+        if body is not None and len(body) <= RAW_PER_TASK * len(specs) + RAW_SLACK:
+            self.rows.append(_raw(SUBMITTED, self.clock(), owner, body))
             return
         if len(specs) == 1 and specs[0][_T_KIND] != _CMD and not specs[0][_T_OPTS]:
             s = specs[0]  # one plain task (a client's submit alone): no columns to build
@@ -244,44 +282,38 @@ class Recorder:
         opts = list(map(_col_opts, specs))
         requests = None
         if opts.count(None) != len(opts):  # (count: C-level, None by identity)
-            requests = [[o.get("gpus", 0), o.get("ranks", 0)]
-                        if o and ("gpus" in o or "ranks" in o) else None for o in opts]
+            requests = _requests(opts)
         self.rows.append([SUBMIT, self.clock(), list(map(_first, specs)),
                           _column(list(map(_col_owner, specs))), kind, _column(whats),
                           _column(list(map(_col_cores, specs))), requests])
 
     def dispatched(self, agent: bytes, specs: list[list[Any]]) -> None:
-        opened = self._open
-        if len(specs) == 1 and specs[0][0] not in opened and not specs[0][_T_OPTS]:
-            opened[specs[0][0]] = self.clock()  # one plain task
+        """One TASKS message about to go to ``agent``: a DISPATCH record (tids, attempts);
+        MPI tasks' hosts."""
+        if not specs:
             return
-        tids = list(map(_first, specs))
-        if not opened.keys().isdisjoint(tids):  # a last attempt ended without word: closed
-            self._close([t for t in tids if t in opened], REVOKED, self.clock(),
-                        "given up by the head", before=1)
-        opened.update(zip(tids, repeat(self.clock())))
-        if list(map(_col_opts, specs)).count(None) != len(specs):  # MPI: where ranks go
-            for spec in specs:
-                opts = spec[_T_OPTS]
-                if opts and "hosts" in opts:
-                    self.rows.append([HOSTS, spec[0], spec[_T_ATTEMPT], opts["hosts"]])
+        opts = list(map(_col_opts, specs))
+        self.rows.append([DISPATCH, self.clock(), self._num.get(agent, 0),
+                          list(map(_first, specs)), _column(list(map(_col_attempt, specs)))])
+        if opts.count(None) != len(opts):  # MPI: where ranks go
+            for spec, o in zip(specs, opts, strict=True):
+                if o and "hosts" in o:
+                    self.rows.append([HOSTS, spec[0], spec[_T_ATTEMPT], o["hosts"]])
 
-    def results(self, agent: bytes, items: list[list[Any]], packed: Any = None) -> None:
-        """RESULTS from ``agent``, before the core sees them: one RESULTS record of
-        columns. The agent's times come either packed, one blob per message (``packed``:
-        :mod:`shoal.trace.columns`, the agent's way: the head appends the blob as it came, no
-        per-task work), or as item[5] (the simulator; an older agent), taken off the
-        items here: the client never gets them. The hot path of a traced run: C-level
-        ``map`` where it can."""
+    def results(self, agent: bytes, items: list[list[Any]], packed: Any = None,
+                body: bytes | None = None) -> None:
+        """RESULTS from ``agent``, before the core sees them. ``body``: the message as
+        received (its times packed by the agent, ``packed``): recorded as it came while it
+        is small (RECEIVED), else one RESULTS record of columns, the agent's blob stored as
+        it came. Without a blob the times are item[5] (the simulator; an older agent),
+        taken off the items here: the client never gets them. Stale results (an attempt
+        no longer open) are kept out by the reader, which knows the open attempts."""
         if not items:
             return
-        now = self.clock()
-        if len(items) == 1 and isinstance(packed, bytes):  # one result: no columns to build
-            it = items[0]
-            sent1 = self._open.pop(it[0], None)
-            if sent1 is not None:
-                self.rows.append([RESULTS, now, self._num.get(agent, 0), [it[0]], [it[1]],
-                                  [it[3]], [sent1], packed, [it[4]] if it[4] else None])
+        n = len(items)
+        if (body is not None and len(body) <= RAW_PER_TASK * n + RAW_SLACK
+                and isinstance(packed, bytes)):
+            self.rows.append(_raw(RECEIVED, self.clock(), self._num.get(agent, 0), body))
             return
         if isinstance(packed, bytes):
             times: Any = packed
@@ -289,23 +321,11 @@ class Recorder:
             times = list(map(list.pop, items))
         else:
             times = [item.pop() if len(item) > 5 else None for item in items]
-        tids = list(map(_first, items))
-        opened = self._open
-        before = len(opened)
-        sent = list(map(opened.pop, tids, repeat(None)))
         infos = list(map(_fifth, items))
-        statuses, attempts = list(map(_second, items)), list(map(_fourth, items))
-        if before - len(opened) != len(tids):  # not all open attempts (the core drops these)
-            if isinstance(times, bytes):
-                times = unpack_times(times, len(tids))
-            keep = [i for i, t in enumerate(sent) if t is not None]
-            tids, statuses, attempts, sent, times, infos = (
-                [col[i] for i in keep] for col in (tids, statuses, attempts, sent, times, infos))
-            if not tids:
-                return
-        self.rows.append([RESULTS, now, self._num.get(agent, 0), tids, _column(statuses),
-                          _column(attempts), sent, times,
-                          None if infos.count(None) == len(infos) else infos])
+        self.rows.append([RESULTS, self.clock(), self._num.get(agent, 0),
+                          list(map(_first, items)), _column(list(map(_second, items))),
+                          _column(list(map(_fourth, items))), None, times,
+                          None if infos.count(None) == n else infos])
 
     def resolved(self, resolve: dict[bytes, list[list[Any]]]) -> None:
         """Tasks resolved without an agent's result (agent number 0 in the item): cancelled,
@@ -324,43 +344,54 @@ class Recorder:
     def closed(self, agent: bytes, tids: Iterable[int], status: int, why: str) -> None:
         """Attempts that ended without a result, before the core hears of it: handed back
         (RETURN) or cancelled there."""
-        opened, live = self._open, self.live
-        self._close([t for t in tids if t in opened and getattr(live.get(t), "agent", None)
-                     == agent], status, self.clock(), why)
+        live = self.live
+        self._close([t for t in tids if getattr(live.get(t), "agent", None) == agent], status,
+                    self.clock(), why)
 
     def cancelled(self, tids: Iterable[int]) -> None:
         """Tasks dropped before they were dispatched (again)."""
         now = self.clock()
         self.rows.extend([ATTEMPT, tid, 0, _CANCELLED, 0, None, now, None, None] for tid in tids)
 
-    def _close(self, tids: list[int], status: int, now: float, why: str, before: int = 0) -> None:
+    def _close(self, tids: list[int], status: int, now: float, why: str) -> None:
         """Attempts that ended without a result, while the core still holds them (its task
-        knows the agent and the attempt; ``before``: 1 when the task was dispatched again
-        already: its spec holds the next attempt's number, its agent is the next one's)."""
+        knows the agent and the attempt); the reader closes the open attempt they name."""
+        live, nums = self.live, self._num
         for tid in tids:
-            sent = self._open.pop(tid, None)
-            task = self.live.get(tid)
-            if sent is None:
-                continue
+            task = live.get(tid)
             attempt = num = None
             if task is not None:
-                attempt = task.spec[_T_ATTEMPT] - before
-                num = 0 if before else self._num.get(task.agent, 0)
-            self.rows.append([ATTEMPT, tid, attempt, status, num, sent, now, None, why])
+                attempt = task.spec[_T_ATTEMPT] or None
+                num = nums.get(task.agent, 0)
+            self.rows.append([ATTEMPT, tid, attempt, status, num, None, now, None, why])
 
     # ---- writing --------------------------------------------------------------------------
     def flush(self) -> None:
-        """Pack this turn's records (one msgpack array); write what is packed when there
-        is WRITE_BYTES of it or WRITE_EVERY_S passed since the last write."""
+        """Pack this turn's records (one msgpack array; a message recorded as received is
+        not copied: its bytes are written as they came, with ``writev``); write what is
+        packed when there is WRITE_BYTES of it or WRITE_EVERY_S passed since the last
+        write."""
         if self.rows:
             rows, self.rows = self.rows, []
-            data = _packb(rows)
-            self._packed.append(data)
-            self._nbytes += len(data)
+            packed = self._packed
+            n = self._nbytes
+            if any(type(r) is tuple for r in rows):
+                packed.append(_packer.pack_array_header(len(rows)))
+                for r in rows:
+                    if type(r) is tuple:
+                        packed.extend(r)
+                        n += len(r[0]) + len(r[1])
+                    else:
+                        packed.append(_packb(r))
+                        n += len(packed[-1])
+            else:
+                packed.append(_packb(rows))
+                n += len(packed[-1])
+            self._nbytes = n
         if self._packed and (self._nbytes >= WRITE_BYTES or time.monotonic() >= self._write_at):
             if not self.failed:
-                self._write(b"".join(self._packed))
-            self._packed.clear()
+                self._write(self._packed)
+            self._packed = []
             self._nbytes = 0
             self._write_at = time.monotonic() + WRITE_EVERY_S
 
@@ -370,10 +401,9 @@ class Recorder:
         return self._write_at if self._packed else float("inf")
 
     def close(self, stats: dict[str, Any]) -> None:
-        """Attempts still open are UNFINISHED; agents still there leave with the head; the
-        END record; the file is closed."""
+        """Agents still there leave with the head; the END record (the reader ends the
+        attempts still open there UNFINISHED); the file is closed."""
         now = self.clock()
-        self._close(list(self._open), UNFINISHED, now, "the head stopped")
         for ident in self._agents:  # told to shut down with the head
             self.rows.append([AGENT_LEAVE, now, self._num.get(ident, 0), "the head stopped", False])
         self.rows.append([END, now, stats])
@@ -384,11 +414,16 @@ class Recorder:
         except OSError:
             pass
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, parts: list[bytes]) -> None:
         try:
-            while data:
-                n = os.write(self.fd, data)
-                data = data[n:]
+            for i in range(0, len(parts), _IOV_MAX):
+                chunk = parts[i:i + _IOV_MAX]
+                size = sum(map(len, chunk))
+                n = os.writev(self.fd, chunk)
+                if n < size:  # a short write (a full disk, a signal): the rest as one
+                    data = b"".join(chunk)[n:]
+                    while data:
+                        data = data[os.write(self.fd, data):]
         except OSError as exc:
             # A run is worth more than its trace: go on without it.
             import logging
@@ -397,6 +432,22 @@ class Recorder:
                 "trace %s: cannot write (%s); the run goes on without the trace", self.path,
                 exc.strerror)
             self.failed = True
+
+
+def _raw(tag: int, t: float, num: int | None, body: bytes) -> tuple[bytes, bytes]:
+    """A record ``[tag, t, num, body]`` packed but for the body, which stays as it came
+    (flush writes both without copying the body): (the record's bytes before the body,
+    the body)."""
+    n = len(body)
+    head = (b"\xc4" + n.to_bytes(1, "big") if n < 0x100 else
+            b"\xc5" + n.to_bytes(2, "big") if n < 0x10000 else b"\xc6" + n.to_bytes(4, "big"))
+    return b"\x94" + _packb([tag, t, num])[1:] + head, body  # (an array of 3 made one of 4)
+
+
+def _requests(opts: list[Any]) -> list[Any]:
+    """The requests column: per task nil, or [gpus, ranks] (``opts``: the specs' options)."""
+    return [[o.get("gpus", 0), o.get("ranks", 0)] if o and ("gpus" in o or "ranks" in o)
+            else None for o in opts]
 
 
 def unpack_times(times: Any, n: int) -> list[Any]:

@@ -114,6 +114,7 @@ TIMEOUT = 5        # killed at its time limit
 T_ID, T_KIND, T_FID, T_PAYLOAD, T_DEPS, T_CORES, T_HINT, T_PLACE, T_OPTS, T_ATTEMPT, T_OWNER = range(11)
 TASK_LEN = 11
 T_SEQ = 11  # agent -> worker only
+T_LAUNCH = 12  # agent -> worker, traced only: when the agent sent it (its time.monotonic())
 R_ID, R_STATUS, R_PAYLOAD, R_ATTEMPT, R_INFO = range(5)
 
 _packb = msgpack.Packer(use_bin_type=True).pack
