@@ -182,8 +182,8 @@ sys.stdout.write("unflushed ")  # in the client's buffer (a pipe: not line-buffe
 ex = Executor(workers=1)
 assert ex.submit(abs, -3).result(timeout=60) == 3
 from shoal import Command  # the environment reaches commands whole (see set_cmdline)
-env = ex.submit(Command(["env"])).result(timeout=60).stdout.decode().splitlines()
-assert sorted(env) == sorted(f"{k}={v}" for k, v in os.environ.items()), env
+env = ex.submit(Command(["env", "-0"])).result(timeout=60).stdout.split(b"\\0")[:-1]
+assert sorted(env) == sorted(os.fsencode(f"{k}={v}") for k, v in os.environ.items()), env
 c = ex._cluster
 print(type(c._starter.proc).__name__, c._starter.proc.pid, c.head.pid, c.agent.pid, r, w)
 sys.stdout.flush()
