@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -83,6 +84,21 @@ def _alive(pid: int, started: bytes) -> bool:
     return fields[19] == started and fields[0] not in (b"Z", b"X")
 
 
+def _run_dirs(procs: dict[int, object]) -> set[str]:
+    """The run directories (``--connection DIR/connection.json``) of the heads among
+    ``procs``."""
+    dirs = set()
+    for p in procs:
+        try:
+            # words apart by NULs, or by spaces (a command line run on: shoal.launch.boot)
+            words = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").split()
+        except OSError:
+            continue
+        if b"shoal.head" in words and b"--connection" in words:
+            dirs.add(os.path.dirname(os.fsdecode(words[words.index(b"--connection") + 1])))
+    return dirs
+
+
 @needs_aiohttp
 @needs_sandbox
 def test_kill_9_of_the_service_then_the_job_resumes(serve, tmp_path: Path) -> None:
@@ -121,12 +137,15 @@ def test_kill_9_of_the_service_then_the_job_resumes(serve, tmp_path: Path) -> No
     from shoal.service.sandbox_host import host
 
     assert groups or not (host().v2 or host().v1)
+    rundirs = _run_dirs(procs)  # its runtime's: a head killed with it cannot remove its own
     os.kill(pid, signal.SIGKILL)  # the service process only: its sandboxes must die with it
     srv.proc.wait()
     deadline = time.monotonic() + 10
     while left := [p for p, t in procs.items() if _alive(p, t)]:
         assert time.monotonic() < deadline, f"processes of the killed service left: {left}"
         time.sleep(0.1)
+    for d in rundirs:
+        shutil.rmtree(d, ignore_errors=True)
     srv.proc = None
     srv.err.close()
     before = {p.name: p.read_text() for p in work.glob("ran_*.log")}
@@ -255,6 +274,7 @@ def test_a_chain_cut_midway_skips_its_finished_commands(tmp_path: Path) -> None:
         time.sleep(0.05)
     procs = _freeze(p.pid)  # the runner too: it must start nothing more
     assert not (st_dir / "2").exists() and not (work / "b.txt").exists()
+    rundirs = _run_dirs(procs)  # its runtime's: a head killed with it cannot remove its own
     for pid in procs:
         os.kill(pid, signal.SIGKILL)
     p.wait()
@@ -262,6 +282,8 @@ def test_a_chain_cut_midway_skips_its_finished_commands(tmp_path: Path) -> None:
     while [q for q, t in procs.items() if _alive(q, t)]:
         assert time.monotonic() < deadline
         time.sleep(0.05)
+    for d in rundirs:
+        shutil.rmtree(d, ignore_errors=True)
 
     p = runner()
     out, _ = p.communicate(timeout=90)
