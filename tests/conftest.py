@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -20,13 +21,13 @@ def ex():
         yield executor
 
 
-@pytest.fixture
-def head(tmp_path):
-    """`shoal head` on loopback TCP; yields (connfile, head process, add_agent(*flags)).
+@contextlib.contextmanager
+def running_head(tmp_path, *flags: str):
+    """`shoal head FLAGS` on loopback TCP; yields (connfile, head process, add_agent(*flags)).
     Every process it started is stopped at the end."""
     connfile = tmp_path / "run.json"
     proc = subprocess.Popen([PY, "-m", "shoal", "head", "--bind", "tcp://127.0.0.1:0",
-                             "--connection-file", str(connfile)],
+                             "--connection-file", str(connfile), *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while not connfile.exists() and time.monotonic() < deadline:
@@ -41,8 +42,17 @@ def head(tmp_path):
         agents.append(a)
         return a
 
-    yield connfile, proc, add_agent
-    stop_procs([*agents, proc])
+    try:
+        yield connfile, proc, add_agent
+    finally:
+        stop_procs([*agents, proc])
+
+
+@pytest.fixture
+def head(tmp_path):
+    """`shoal head` on loopback TCP (:func:`running_head` with no flags)."""
+    with running_head(tmp_path) as h:
+        yield h
 
 
 def shoal_pids() -> set[int]:

@@ -378,17 +378,22 @@ class Planning:
                 self._drop_plan()
         return type(self).finished(self, agent_name, results)  # type: ignore[attr-defined]
 
-    def _drop_plan(self) -> None:
-        """Estimates are off: planned tasks back to the usual queues, no more plans."""
-        self.plan_dropped = self.clock()
-        tasks, back = self.tasks, []
+    def _take_planned(self) -> list[Task]:
+        """Empty the plan: its tasks still queued (not yet dispatched), in plan order."""
+        tasks, out = self.tasks, []
         for q in self._plans.values():
             for tid in q:
                 t = tasks.get(tid)
                 if t is not None and t.state == QUEUED:
-                    back.append(t)
+                    out.append(t)
         self._plans = {}
         self._nplan = 0
+        return out
+
+    def _drop_plan(self) -> None:
+        """Estimates are off: planned tasks back to the usual queues, no more plans."""
+        self.plan_dropped = self.clock()
+        back = self._take_planned()
         back.sort(key=_seq)
         self._park(back)
         for a in self.agents.values():
@@ -446,14 +451,7 @@ class Planning:
     def _replan(self, fresh: list[Task]) -> None:
         """Plan ``fresh`` and every planned task not yet dispatched, from now."""
         tasks, now = self.tasks, self.clock()
-        pool = [t for t in fresh]
-        for q in self._plans.values():
-            for tid in q:
-                t = tasks.get(tid)
-                if t is not None and t.state == QUEUED:
-                    pool.append(t)
-        self._plans = {}
-        self._nplan = 0
+        pool = fresh + self._take_planned()
         live = [a for a in self.agents.values() if not a.draining]
         if not pool or not live or len(pool) > PLAN_MAX_TASKS:
             self._park(pool)
