@@ -395,25 +395,46 @@ def test_cancel_asks_the_head_and_believes_its_answer(wire):
 
 
 def test_shutdown_cancel_futures_asks_for_queued_tasks_only(wire):
-    head = wire()
+    head = wire()  # 2 slots
     ex = Executor(connect=head.path)
-    futs = [ex.submit(nap, 100) for _ in range(3)]
-    specs = head.wait_tasks(3)
+    futs = [ex.submit(nap, 100) for _ in range(5)]
+    specs = head.wait_tasks(5)
     tids = [s[0] for s in specs]
-    head.cancellable.update(tids[1:])  # the first one runs: the head leaves it alone
-    assert futs[2].cancel()
+    head.cancellable.update(tids)  # nothing runs yet (workers still starting)
+    assert futs[4].cancel()
     stopper = threading.Thread(target=ex.shutdown, kwargs={"cancel_futures": True})
     stopper.start()
     deadline = time.monotonic() + 10
     while len(head.cancels) < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
-    head.send([P.RESULTS, [[tids[0], P.OK, pickle.dumps("ran"), 0, None]]])
+    head.send([P.RESULTS, [[t, P.OK, pickle.dumps("ran"), 0, None] for t in tids[:2]]])
     stopper.join(30)
     assert not stopper.is_alive()
     one, bulk = head.cancels
-    assert one[2:] == [[tids[2]], True]           # cancel(): only if not started
-    assert bulk[2:] == [sorted(tids[:2]), True]    # shutdown(cancel_futures): queued only
-    assert futs[0].result(0) == "ran" and futs[1].cancelled() and futs[2].cancelled()
+    assert one[2:] == [[tids[4]], True]           # cancel(): only if not started
+    # shutdown(cancel_futures): queued only, and the first task of each slot is left to
+    # run, as ProcessPoolExecutor runs its call queue, even when none has started yet
+    assert bulk[2:] == [tids[2:4], True]
+    assert [f.result(0) for f in futs[:2]] == ["ran", "ran"]
+    assert all(f.cancelled() for f in futs[2:])
+
+
+def test_shutdown_cancel_futures_before_any_worker_runs_leaves_the_first_to_run(head):
+    """The race CPython's test_cancel_futures met: every task had reached the head and none
+    had started (no agent yet) when shutdown(cancel_futures=True) came. As with
+    ProcessPoolExecutor, the first queued task still runs; the rest are cancelled."""
+    connfile, _proc, add_agent = head
+    ex = Executor(connect=str(connfile))
+    futs = [ex.submit(Command(["true"])) for _ in range(10)]
+    deadline = time.monotonic() + 20
+    while ex.stats()["queued"] < 10 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert ex.stats()["queued"] == 10  # all at the head, nothing running
+    ex.shutdown(wait=False, cancel_futures=True)
+    assert all(f.cancelled() for f in futs[1:]) and not futs[0].done()
+    add_agent("--slots", "2")
+    assert futs[0].result(60).returncode == 0
+    ex.shutdown(wait=True)
 
 
 def test_results_from_the_head_carry_attempts_and_statuses(wire):

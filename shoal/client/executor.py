@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import concurrent.futures as cf
 import dataclasses
+import heapq
 import itertools
 import math
 import os
@@ -471,8 +472,9 @@ class Executor(HeadLink, cf.Executor):
         if cancel_futures:
             futs = [f for f in list(self._futures.values()) if not f.done()]
             if futs:  # as concurrent.futures does: what already runs finishes, and so do
-                # the first unsent tasks, one per slot (ProcessPoolExecutor's call queue)
-                self._cancel(futs, queued_only=True, keep_unsent=max(1, self._slots))
+                # the first queued tasks, one per slot (ProcessPoolExecutor's call queue),
+                # sent or not: none may have started yet when the workers are still warming
+                self._cancel(futs, queued_only=True, keep_first=max(1, self._slots))
                 for f in futs:
                     if f.tid not in self._futures:
                         f._settle(None, None, cancelled=True)
@@ -610,17 +612,16 @@ class Executor(HeadLink, cf.Executor):
 
     # ---- owner hooks used by ShoalFuture ----------------------------------------------------
     def _cancel(self, futs: list[ShoalFuture], queued_only: bool = False,
-                keep_unsent: int = 0) -> bool:
+                keep_first: int = 0) -> bool:
         """Drop the tasks of ``futs``: those not sent yet here, the others through the
         head (which stops them where they run, unless ``queued_only``). True when the head
         says it stopped or dropped them (for one future: that one; for many: at least one).
-        ``keep_unsent``: the first that many unsent tasks are sent and run (shutdown)."""
+        ``keep_first``: the first that many tasks of ``futs`` (in submission order, sent or
+        not) are left to run (shutdown)."""
         tids = {f.tid for f in futs}
+        # tids count up in submission order
+        keep = set(heapq.nsmallest(keep_first, tids)) if keep_first else set()
         with self._lock:
-            keep: set[int] = set()
-            if keep_unsent:
-                unsent = itertools.chain(self._pending, self._pending_static)
-                keep = {s[0] for s in itertools.islice(unsent, keep_unsent)}
             removed: set[int] = set()
             kept: list[list[Any]] = []
             kept_static: list[list[Any]] = []
