@@ -44,6 +44,54 @@ PY_GROUP = ["W5", "W1", "W1map", "W2", "W4"]  # run in one fresh process per (pe
 W3_SHAPES = {"W3-100": (1000, 100), "W3-400": (4000, 400)}
 
 
+SHOAL_PY = "shoal"  # peer_python: the interpreter of shoal's peers (installed_python)
+INSTALLED = os.path.join(ENVS, "shoal-installed")
+DEV_VENV = False  # --dev-venv: shoal's peers run the project venv's interpreter itself
+
+
+def installed_python():
+    """The interpreter shoal's peers run: shoal as a user's regular install has it.
+
+    The project venv installs shoal *editable*, and setuptools' editable finder, which its
+    ``.pth`` file imports at every interpreter start, costs ~10 ms (pathlib, urllib.parse,
+    importlib.util: nothing shoal imports) that a wheel install, and the standard-library
+    peers on the plain interpreter, do not pay. So the peers get a venv of their own, made
+    once here: shoal's dependencies by a path entry to the project venv's site-packages (its
+    ``.pth`` files, the finder's among them, are not run from there), the tree under test on
+    PYTHONPATH as before, and a ``shoal`` script as pip writes one. ``--dev-venv`` times the
+    project venv instead."""
+    if DEV_VENV:
+        return PROJECT_PY
+    py = os.path.join(INSTALLED, "bin", "python")
+    site = subprocess.run([PROJECT_PY, "-c", "import zmq, os; print(os.path.dirname("
+                           "os.path.dirname(zmq.__file__)))"],
+                          capture_output=True, text=True).stdout.strip()
+    pth = os.path.join(INSTALLED, "lib", "python{}.{}".format(*sys.version_info[:2]),
+                       "site-packages", "shoal-deps.pth")
+    if not site:
+        return PROJECT_PY  # no project venv: availability() says so
+    try:
+        with open(pth) as fh:
+            if fh.read().strip() == site and os.path.exists(py):
+                return py
+    except OSError:
+        pass
+    base = subprocess.run([PROJECT_PY, "-c", "import sys; print(sys._base_executable)"],
+                          capture_output=True, text=True).stdout.strip()
+    subprocess.run([base, "-m", "venv", "--clear", "--without-pip", INSTALLED], check=True)
+    pth = os.path.join(subprocess.run([py, "-c", "import sysconfig; print(sysconfig."
+                                       "get_path('purelib'))"], capture_output=True,
+                                      text=True, check=True).stdout.strip(), "shoal-deps.pth")
+    with open(pth, "w") as fh:
+        fh.write(site + "\n")
+    script = os.path.join(INSTALLED, "bin", "shoal")
+    with open(script, "w") as fh:  # what pip writes for [project.scripts]
+        fh.write(f"#!{py}\nimport sys\nfrom shoal.cli.main import main\n"
+                 "if __name__ == '__main__':\n    sys.exit(main())\n")
+    os.chmod(script, 0o755)
+    return py
+
+
 def base_python():
     """The plain interpreter (no venv) for the stdlib pools and the CLI harnesses."""
     exe = getattr(sys, "_base_executable", None) or sys.executable
@@ -65,15 +113,15 @@ def hq_binary():
 # (--wide-all lifts it).  heavy: W3 starts 100 worker processes (30-60 s before the timed window),
 # so it runs --heavy-reps times (default 1) rather than --reps.
 PEERS = {
-    "shoal": dict(script="shoal_bench.py", env=None, python=PROJECT_PY),
+    "shoal": dict(script="shoal_bench.py", env=None, python=SHOAL_PY),
     # shoal's CLI, timed like xargs: whole `shoal run` wall time, head/agent start included
     "shoal-cli": dict(
-        script="cmdline_bench.py", env=None, python=PROJECT_PY, args=["--tool", "shoal"]
+        script="cmdline_bench.py", env=None, python=SHOAL_PY, args=["--tool", "shoal"]
     ),
     # the same two on another tree (--base DIR, e.g. a `git worktree` of main): A/B in one run
-    "shoal-base": dict(script="shoal_bench.py", env=None, python=PROJECT_PY, base=True),
+    "shoal-base": dict(script="shoal_bench.py", env=None, python=SHOAL_PY, base=True),
     "shoal-cli-base": dict(
-        script="cmdline_bench.py", env=None, python=PROJECT_PY, args=["--tool", "shoal"],
+        script="cmdline_bench.py", env=None, python=SHOAL_PY, args=["--tool", "shoal"],
         base=True,
     ),
     "pool": dict(script="stdlib_pool_bench.py", env=None),
@@ -94,6 +142,8 @@ PEERS = {
 
 def peer_python(name):
     spec = PEERS[name]
+    if spec.get("python") == SHOAL_PY:
+        return installed_python()
     if spec.get("python"):
         return spec["python"]
     if spec["env"]:
@@ -259,7 +309,8 @@ def run_cell(cell, args, rawdir):
     if spec["env"]:
         env["PATH"] = os.path.join(ENVS, spec["env"], "bin") + os.pathsep + env.get("PATH", "")
     elif tree is not None:
-        env["PATH"] = os.path.join(ROOT, ".venv", "bin") + os.pathsep + env.get("PATH", "")
+        env["PATH"] = (os.path.dirname(peer_python(cell.peer)) + os.pathsep
+                       + env.get("PATH", ""))  # its `shoal` script
     if cell.peer == "hq":
         env["HQ_BIN"] = hq_binary()
     cmd = [peer_python(cell.peer), os.path.join(HERE, "peers", spec["script"])]
@@ -443,8 +494,12 @@ def main(argv=None):
         help="another shoal source tree (e.g. a worktree of main): peers shoal-base and "
         "shoal-cli-base run it, interleaved with shoal and shoal-cli (A/B in one run)",
     )
+    ap.add_argument("--dev-venv", action="store_true",
+                    help="shoal's peers run the project venv's interpreter (with its editable "
+                    "finder) instead of one as a regular install has (installed_python)")
     args = ap.parse_args(argv)
-    global BASE_TREE
+    global BASE_TREE, DEV_VENV
+    DEV_VENV = args.dev_venv
     if args.base:
         BASE_TREE = os.path.abspath(args.base)
         if not os.path.isdir(os.path.join(BASE_TREE, "shoal")):

@@ -43,8 +43,8 @@ _NO_DEPS: list[int] = []  # shared by every task without dependencies: never mut
 
 def _load_client() -> None:
     """Import what the client needs past its start (ZeroMQ, cloudpickle, the protocol,
-    multiprocessing...): ``Executor()`` calls it once the local runtime is starting, so
-    that the runtime's processes start while the client imports (cold start)."""
+    multiprocessing...): ``Executor()`` calls it before it starts a local runtime, whose
+    processes then inherit these modules (forked) rather than import them a second time."""
     global zmq, MapProgress, progress_delay, progress_setting, init_wrapper
     global EncodeError, Encoder, ExecutorError, HeadLost, ShoalFuture, P
     global PeerSession, secure_client, server_key, Command
@@ -238,6 +238,10 @@ class Executor(HeadLink, cf.Executor):
             raise ValueError(f"progress must be True, False or None (automatic), not {progress!r}")
         self._cluster = None
         if connect is None:  # the local default, or the whole allocation this runs in
+            # before the runtime starts: its processes, forked from this one when it can
+            # fork, inherit ZeroMQ, msgpack and the codec instead of importing them again
+            # while this process imports them too (a cold start is CPU-bound on 2 cores)
+            _load_client()
             from shoal.launch.runtime import start_runtime
             from shoal.launch.workenv import WorkerEnv
 
@@ -249,11 +253,6 @@ class Executor(HeadLink, cf.Executor):
                 worker_env=WorkerEnv.make(prolog, pythonpath, workdir))
             conn = self._cluster.connection
             self._slots = self._cluster.slots
-            try:
-                _load_client()
-            except BaseException:
-                self._cluster.abort()
-                raise
         else:
             from shoal.transport.connfile import Connection
 
