@@ -263,6 +263,7 @@ def test_shoal_fork_0_turns_the_forked_starter_off(tmp_path):
 
 
 def test_the_batch_variables_runtime_checks_are_those_discover_reads():
+    from shoal.agent import resources
     from shoal.launch import allocation, runtime
 
-    assert runtime._BATCH_VARS == allocation.BATCH_VARS
+    assert runtime._BATCH_VARS == allocation.BATCH_VARS == resources._BATCH_VARS

@@ -125,25 +125,32 @@ def _slurm_memory(env: Mapping[str, str], cores: int) -> int:
     return 0
 
 
+# the variables one of which every allocation allocation.discover reads sets (its
+# BATCH_VARS, checked equal by tests/test_coldstart.py)
+_BATCH_VARS = ("SLURM_JOB_ID", "PBS_NODEFILE", "PE_HOSTFILE", "LSB_JOBID", "FLUX_JOB_ID",
+               "FLUX_URI")
+
+
 def capacity(slots: int | None = None, gpus: str | None = None, memory: int | None = None,
              env: Mapping[str, str] | None = None) -> Capacity:
     """This agent's capacity from its flags, else its allocation, else the machine.
 
     Raises ValueError (one line, naming the flag or variable) for a bad value.
     """
-    from shoal.launch.allocation import AllocationError, this_node
-
     env = os.environ if env is None else env
     if slots is not None and slots < 1:
         raise ValueError(f"--slots {slots}: must be at least 1 (leave it out to use the "
                          "allocation's or every core)")
     if memory is not None and memory < 0:
         raise ValueError(f"--memory {memory}: must be 0 (not counted) or more bytes")
-    try:
-        node = this_node(env)
-    except AllocationError as exc:
-        log.warning("cannot read the allocation (%s): using this machine's cores", exc)
-        node = None
+    node = None
+    if any(env.get(v) for v in _BATCH_VARS):  # else no allocation: its readers stay unloaded
+        from shoal.launch.allocation import AllocationError, this_node
+
+        try:
+            node = this_node(env)
+        except AllocationError as exc:
+            log.warning("cannot read the allocation (%s): using this machine's cores", exc)
     if slots is None:
         slots = node.cpus if node is not None and node.cpus > 0 else (os.cpu_count() or 1)
     source = "--gpus"

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from shoal.launch.allocation import Allocation
     from shoal.launch.launchers import Launcher
     from shoal.task.command import Command
+    from shoal.task.errors import HeadLost
 
 __all__ = ["AgentInfo", "Executor", "ExecutorError", "HeadLost"]
 
@@ -46,7 +47,7 @@ def _load_client() -> None:
     multiprocessing...): ``Executor()`` calls it before it starts a local runtime, whose
     processes then inherit these modules (forked) rather than import them a second time."""
     global zmq, MapProgress, progress_delay, progress_setting, init_wrapper
-    global EncodeError, Encoder, ExecutorError, HeadLost, ShoalFuture, P
+    global EncodeError, Encoder, ExecutorError, ShoalFuture, P
     global PeerSession, secure_client, server_key, Command
     import zmq
 
@@ -54,7 +55,7 @@ def _load_client() -> None:
     from shoal.client.workerinit import wrapper as init_wrapper
     from shoal.task.codec import EncodeError, Encoder
     from shoal.task.command import Command
-    from shoal.task.errors import ExecutorError, HeadLost
+    from shoal.task.errors import ExecutorError
     from shoal.task.future import ShoalFuture
     from shoal.transport import protocol as P
     from shoal.transport.session import PeerSession, secure_client, server_key
@@ -63,6 +64,10 @@ def _load_client() -> None:
 def __getattr__(name: str) -> Any:  # the names exported before an Executor loaded them
     if name in ("ExecutorError", "HeadLost", "Command"):
         _load_client()
+        if name == "HeadLost":  # made on first use (see shoal.task.errors)
+            from shoal.task.errors import HeadLost
+
+            return HeadLost
         return globals()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

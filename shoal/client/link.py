@@ -84,8 +84,9 @@ class HeadLink:
     def _io_loop(self) -> None:
         import zmq
 
+        from shoal.task import errors
         from shoal.task.codec import Encoder
-        from shoal.task.errors import ExecutorError, HeadLost, InitializerError
+        from shoal.task.errors import ExecutorError, is_broken_pool_error
         from shoal.task.future import deliver, wake
         from shoal.transport import protocol as P
 
@@ -165,7 +166,8 @@ class HeadLink:
                                         fut._agent_num = r[3]
                                     deliver(fut, r[1], r[2], r[4] if len(r) > 4 else None,
                                             notify=False)
-                                    if r[1] != P.OK and isinstance(fut._exception, InitializerError):
+                                    if r[1] != P.OK and is_broken_pool_error(fut._exception,
+                                                                             "InitializerError"):
                                         broken = fut._exception
                             wake(fcond)  # once per message, not per future
                             fut = r = None  # this thread must not keep a result alive
@@ -190,7 +192,7 @@ class HeadLink:
                             welcomed = True
                             self._welcome.set()
                         elif kind == P.SHUTDOWN:
-                            self._fail_all(HeadLost(f"lost the head at {self._conn.address}: it shut down"))
+                            self._fail_all(errors.HeadLost(f"lost the head at {self._conn.address}: it shut down"))
                             return
                 now = time.monotonic()
                 if watch and any(fd in events for fd in watch) or now >= next_check:
@@ -201,7 +203,7 @@ class HeadLink:
                         self._cluster.abort()
                         return
                     if welcomed and now - last_heard > silence:
-                        self._fail_all(HeadLost(f"lost the head at {self._conn.address}: "
+                        self._fail_all(errors.HeadLost(f"lost the head at {self._conn.address}: "
                                                 f"silent for {now - last_heard:.0f} s"))
                         if self._cluster is not None:  # ours, and of no more use
                             self._cluster.abort()

@@ -6,19 +6,16 @@ from __future__ import annotations
 import concurrent.futures as cf
 import pickle
 from collections.abc import Sequence
-from concurrent.futures.process import BrokenProcessPool
+from typing import TYPE_CHECKING, Any
 
 from shoal.transport import protocol as P
+
+if TYPE_CHECKING:
+    from concurrent.futures.process import BrokenProcessPool
 
 
 class ExecutorError(RuntimeError):
     """The runtime behind an executor failed (the head stopped or cannot be reached)."""
-
-
-class HeadLost(ExecutorError, BrokenProcessPool):
-    """The head of the run is gone (its process exited, or it was silent past the
-    heartbeat timeout): every pending future fails with it, and so does every later submit.
-    A ``BrokenProcessPool`` (what ``ProcessPoolExecutor`` raises when it breaks)."""
 
 
 class TaskTimeout(TimeoutError):
@@ -41,23 +38,61 @@ class RemoteError(Exception):
     """A task raised an exception that could not itself be sent back (unpicklable)."""
 
 
-class TaskLost(BrokenProcessPool):
-    """The worker or agent running the task died before the task finished (and the
-    crash limit or the retries were used up). A ``BrokenProcessPool``, which is what
-    ``ProcessPoolExecutor`` raises when a worker dies; unlike it, the executor goes on."""
-
-
-class InitializerError(BrokenProcessPool):
-    """``Executor(initializer=)`` raised in a worker: as with ``ProcessPoolExecutor``, the
-    executor is broken from then on (pending and later tasks fail with this error)."""
-
-
 class DependencyError(Exception):
     """A task was not run because a task it depends on failed or was cancelled."""
 
 
 class TaskError(Exception):
     """The runtime could not run the task (e.g. it asks for more cores than any node has)."""
+
+
+# HeadLost, TaskLost and InitializerError are ``BrokenProcessPool``s, as ProcessPoolExecutor's
+# errors are, so that code written for it catches them. Their base's module
+# (concurrent.futures.process) imports most of multiprocessing, ~4 ms of every cold start
+# (client and agent) that only a failure needs: they are made on first use (``__getattr__``:
+# ``shoal.TaskLost``, ``from shoal.task.errors import TaskLost`` and unpickling alike).
+_BROKEN = ("HeadLost", "TaskLost", "InitializerError")
+
+if TYPE_CHECKING:
+    class HeadLost(ExecutorError, BrokenProcessPool): ...
+    class TaskLost(BrokenProcessPool): ...
+    class InitializerError(BrokenProcessPool): ...
+
+
+def _make_broken() -> None:
+    from concurrent.futures.process import BrokenProcessPool
+
+    class HeadLost(ExecutorError, BrokenProcessPool):
+        """The head of the run is gone (its process exited, or it was silent past the
+        heartbeat timeout): every pending future fails with it, and so does every later
+        submit. A ``BrokenProcessPool`` (what ``ProcessPoolExecutor`` raises when it breaks)."""
+
+    class TaskLost(BrokenProcessPool):
+        """The worker or agent running the task died before the task finished (and the
+        crash limit or the retries were used up). A ``BrokenProcessPool``, which is what
+        ``ProcessPoolExecutor`` raises when a worker dies; unlike it, the executor goes on."""
+
+    class InitializerError(BrokenProcessPool):
+        """``Executor(initializer=)`` raised in a worker: as with ``ProcessPoolExecutor``, the
+        executor is broken from then on (pending and later tasks fail with this error)."""
+
+    for cls in (HeadLost, TaskLost, InitializerError):
+        cls.__qualname__ = cls.__name__  # pickled by reference: shoal.task.errors.<name>
+        globals().setdefault(cls.__name__, cls)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _BROKEN:
+        _make_broken()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def is_broken_pool_error(exc: BaseException | None, name: str) -> bool:
+    """Whether ``exc`` is a ``name`` (one of HeadLost, TaskLost, InitializerError), without
+    making the classes when no such error was made yet."""
+    cls = globals().get(name)
+    return cls is not None and isinstance(exc, cls)
 
 
 def exception_payload(exc: BaseException, tb_text: str) -> bytes:
@@ -92,7 +127,7 @@ def decode_error(status: int, payload: bytes, what: str = "task") -> BaseExcepti
     if status == P.DEPFAIL:
         return DependencyError(text)
     if status == P.LOST:
-        return TaskLost(text)
+        return __getattr__("TaskLost")(text)
     if status == P.TIMEOUT:
         return TaskTimeout(text)
     if status == P.CANCELLED:
