@@ -163,7 +163,9 @@ def main() -> int:
 def run(head: list[str], agent: list[str], connection: object, status_fd: int) -> int:
     """Fork the head and the agent, report on ``status_fd``, reap both, return 0."""
     pids: dict[int, str] = {}
-    for role, args in (("head", head), ("agent", agent)):
+    # the agent first: its start (its modules, the spawn helper and workers it forks) is
+    # the longer; the head is needed only once the agent says HELLO
+    for role, args in (("agent", agent), ("head", head)):
         pid = os.fork()
         if pid == 0:
             _child(role, args, connection, status_fd)
