@@ -419,22 +419,42 @@ def test_shutdown_cancel_futures_asks_for_queued_tasks_only(wire):
     assert all(f.cancelled() for f in futs[2:])
 
 
-def test_shutdown_cancel_futures_before_any_worker_runs_leaves_the_first_to_run(head):
-    """The race CPython's test_cancel_futures met: every task had reached the head and none
-    had started (no agent yet) when shutdown(cancel_futures=True) came. As with
-    ProcessPoolExecutor, the first queued task still runs; the rest are cancelled."""
-    connfile, _proc, add_agent = head
+def test_shutdown_cancel_futures_before_any_task_starts_leaves_one_per_slot_to_run():
+    """The race CPython's test_cancel_futures met: every task had reached the runtime and
+    none had started (its workers still starting) when shutdown(cancel_futures=True) came.
+    As with ProcessPoolExecutor (its call queue), the first task of each slot still runs;
+    the rest are cancelled. The agent is stopped (SIGSTOP) so that nothing can start."""
+    ex = Executor(workers=2)  # 2 slots
+    agent = ex._cluster.agent.pid
+    os.kill(agent, signal.SIGSTOP)
+    try:
+        futs = [ex.submit(nap, 0.01) for _ in range(10)]
+        deadline = time.monotonic() + 20
+        while ex.stats()["queued"] + ex.stats()["live"] < 10 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # the head asks the stopped agent about what it holds: it answers once continued
+        threading.Timer(1.0, os.kill, (agent, signal.SIGCONT)).start()
+        ex.shutdown(wait=True, cancel_futures=True)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # (gone once shut down)
+            os.kill(agent, signal.SIGCONT)
+    assert [f.cancelled() for f in futs] == [False] * 2 + [True] * 8
+    assert [f.result(0) for f in futs[:2]] == [0.01, 0.01]
+
+
+def test_shutdown_cancel_futures_with_no_slot_known_cancels_every_queued_task(head):
+    """A head with no agent yet (no slot known at join): nothing is left to run, so that
+    queued work no longer needed leaves the queue (shoal alloc then cancels its jobs)."""
+    connfile, _proc, _add_agent = head
     ex = Executor(connect=str(connfile))
-    futs = [ex.submit(Command(["true"])) for _ in range(10)]
+    futs = [ex.submit(Command(["true"])) for _ in range(5)]
     deadline = time.monotonic() + 20
-    while ex.stats()["queued"] < 10 and time.monotonic() < deadline:
+    while ex.stats()["queued"] < 5 and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert ex.stats()["queued"] == 10  # all at the head, nothing running
     ex.shutdown(wait=False, cancel_futures=True)
-    assert all(f.cancelled() for f in futs[1:]) and not futs[0].done()
-    add_agent("--slots", "2")
-    assert futs[0].result(60).returncode == 0
-    ex.shutdown(wait=True)
+    assert all(f.cancelled() for f in futs)
+    with Executor(connect=str(connfile)) as other:  # the head's queue is empty
+        assert other.stats()["queued"] == 0
 
 
 def test_results_from_the_head_carry_attempts_and_statuses(wire):

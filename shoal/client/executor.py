@@ -477,8 +477,9 @@ class Executor(HeadLink, cf.Executor):
             futs = [f for f in list(self._futures.values()) if not f.done()]
             if futs:  # as concurrent.futures does: what already runs finishes, and so do
                 # the first queued tasks, one per slot (ProcessPoolExecutor's call queue),
-                # sent or not: none may have started yet when the workers are still warming
-                self._cancel(futs, queued_only=True, keep_first=max(1, self._slots))
+                # sent or not: none may have started yet when the workers are still warming.
+                # No slots known (a head with no agent yet): nothing is left to run.
+                self._cancel(futs, queued_only=True, keep_first=self._slots)
                 for f in futs:
                     if f.tid not in self._futures:
                         f._settle(None, None, cancelled=True)
