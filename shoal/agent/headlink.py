@@ -21,7 +21,7 @@ import zmq
 from shoal.agent import launcher
 from shoal.transport import protocol as P
 from shoal.transport.connfile import Connection
-from shoal.transport.session import PeerSession, secure_client, server_key
+from shoal.transport.session import PeerSession, retry_soon, secure_client, server_key
 
 log = logging.getLogger("shoal.agent")
 
@@ -100,7 +100,7 @@ class HeadLink:
         self.head.setsockopt(zmq.SNDHWM, 0)
         self.head.setsockopt(zmq.RCVHWM, 0)
         self.head.setsockopt(zmq.LINGER, 2000)
-        self.head.setsockopt(zmq.RECONNECT_IVL, 10)  # a head starting beside us: retry soon
+        retry_soon(self.head, self.address)  # a head starting beside us
         self.codec.ident = ident.encode()  # to take a restarted head's "no session" EVICTED
         secure_client(self.head, self.server_key)
         self.head.connect(self.address)

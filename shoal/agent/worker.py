@@ -58,6 +58,7 @@ from shoal.task.codec import EncodeError, Encoder, dumps
 from shoal.task.errors import exception_payload
 from shoal.task.future import ShoalFuture, deliver
 from shoal.transport import protocol as P
+from shoal.transport.session import retry_soon
 
 _dumps = pickle.dumps
 _pack_into = struct.pack_into
@@ -604,7 +605,7 @@ def worker_main(endpoint: str, key: bytes, ident: bytes,
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.IDENTITY, ident)
     sock.setsockopt(zmq.LINGER, 2000)
-    sock.setsockopt(zmq.RECONNECT_IVL, 10)
+    retry_soon(sock, endpoint)  # the agent binds once its workers are forked
     sock.setsockopt(zmq.SNDHWM, 0)
     sock.setsockopt(zmq.RCVHWM, 0)
     sock.connect(endpoint)

@@ -48,7 +48,7 @@ def _load_client() -> None:
     processes then inherit these modules (forked) rather than import them a second time."""
     global zmq, MapProgress, progress_delay, progress_setting, init_wrapper
     global EncodeError, Encoder, ExecutorError, ShoalFuture, P
-    global PeerSession, secure_client, server_key, Command
+    global PeerSession, retry_soon, secure_client, server_key, Command
     import zmq
 
     from shoal.client.progress import MapProgress, progress_delay, progress_setting
@@ -58,7 +58,7 @@ def _load_client() -> None:
     from shoal.task.errors import ExecutorError
     from shoal.task.future import ShoalFuture
     from shoal.transport import protocol as P
-    from shoal.transport.session import PeerSession, secure_client, server_key
+    from shoal.transport.session import PeerSession, retry_soon, secure_client, server_key
 
 
 def __getattr__(name: str) -> Any:  # the names exported before an Executor loaded them
@@ -304,8 +304,7 @@ class Executor(HeadLink, cf.Executor):
         self._sock.setsockopt(zmq.SNDHWM, 0)
         self._sock.setsockopt(zmq.RCVHWM, 0)
         self._sock.setsockopt(zmq.LINGER, 1000)
-        # the local head binds while we connect: retry soon, not after zmq's default 100 ms
-        self._sock.setsockopt(zmq.RECONNECT_IVL, 10)
+        retry_soon(self._sock, conn.address)  # the local head binds while we connect
         secure_client(self._sock, server_key(conn))  # CURVE when the run encrypts
         self._sock.connect(conn.address)
         self._thread = threading.Thread(target=self._io_loop, name="shoal-client-io", daemon=True)
