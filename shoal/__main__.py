@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"shoal: program {args.program!r} not found", file=sys.stderr)
         return 2
     from shoal import futures
-    from shoal.client.executor import Executor, ExecutorError, HeadLost
+    from shoal.client.executor import Executor, ExecutorError
+    from shoal.task import errors  # errors.HeadLost: made on first use (a failure)
 
     if args.workers is not None and args.workers < 1:
         print("shoal: -n must be at least 1", file=sys.stderr)
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         code = 130
         ex.shutdown(wait=False, cancel_futures=True)
     except ExecutorError as exc:
-        if not isinstance(exc, HeadLost) and exc is not ex._error:
+        if not isinstance(exc, errors.HeadLost) and exc is not ex._error:
             raise
         # the run is gone (head lost, every agent exited: a cancelled job), not the
         # program's bug: one line, as shoal run

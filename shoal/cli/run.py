@@ -275,7 +275,8 @@ PROGRESS_S = 0.125
 
 
 def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine]) -> int:
-    from shoal import Command, Executor, ExecutorError, HeadLost
+    from shoal import Command, Executor, ExecutorError
+    from shoal.task import errors  # errors.HeadLost: made on first use (a failure)
 
     show_progress = sys.stderr.isatty() if args.progress is None else args.progress
     policy: dict[str, Any] = {"retries": args.retries, "task_timeout": args.timeout}
@@ -356,7 +357,7 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine]) ->
                 done += 1
                 exc = cf.CancelledError() if fut.cancelled() else fut.exception()
                 if exc is not None:
-                    if isinstance(exc, HeadLost):
+                    if isinstance(exc, errors.HeadLost):
                         raise exc
                     failed.append((line, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
                     continue
@@ -388,7 +389,7 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine]) ->
         ex.shutdown(wait=False, cancel_futures=True)
         ex._terminate()
         return 130
-    except HeadLost as exc:
+    except errors.HeadLost as exc:
         if progress is not None:
             progress.close(None)
         _say(str(exc).splitlines()[0])

@@ -324,11 +324,12 @@ class AllocationCluster:
     def dead(self) -> BaseException | None:
         """HeadLost if the head exited; ExecutorError once every launcher ended (no agent
         can be left); else None."""
-        from shoal.task.errors import ExecutorError, HeadLost
+        from shoal.task import errors  # errors.HeadLost: made on first use (a failure)
+        from shoal.task.errors import ExecutorError
 
         rc = self.head.poll()
         if rc is not None:
-            return HeadLost(f"lost the head at {self.connection.address}: "
+            return errors.HeadLost(f"lost the head at {self.connection.address}: "
                             f"its process exited with {_status(rc)}")
         if self.procs and all(p.poll() is not None for p in self.procs):
             return ExecutorError(f"every agent of the {self.allocation.kind} allocation exited "

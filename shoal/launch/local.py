@@ -114,7 +114,8 @@ class LocalCluster:
 
     def dead(self) -> BaseException | None:
         """The error a client should fail with if the head or the agent exited, else None."""
-        from shoal.task.errors import ExecutorError, HeadLost
+        from shoal.task import errors  # errors.HeadLost: made on first use (a failure)
+        from shoal.task.errors import ExecutorError
 
         if self._starter is not None:
             why = self._starter.lost()
@@ -122,11 +123,11 @@ class LocalCluster:
                 return ExecutorError(f"the local runtime stopped: {why}")
         rc = self.head.poll()
         if rc is not None:
-            return HeadLost(f"lost the head at {self.connection.address}: "
+            return errors.HeadLost(f"lost the head at {self.connection.address}: "
                             f"its process exited with {_status(rc)}")
         rc = self.agent.poll()
         if rc == EXIT_HEAD_LOST:
-            return HeadLost(f"lost the head at {self.connection.address}: silent past the "
+            return errors.HeadLost(f"lost the head at {self.connection.address}: silent past the "
                             "heartbeat timeout (its agent gave up on it)")
         if rc is not None:
             return ExecutorError(f"the local runtime stopped: agent exited with {_status(rc)}")
