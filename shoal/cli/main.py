@@ -39,7 +39,9 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     loaded: set[str] = set()
     for name, module in COMMANDS.items():
         if wanted is not None and module != wanted:
-            sub.add_parser(name)  # listed, not loaded
+            # neither loaded nor listed: only the top level's usage and help name the
+            # others, and they are printed when no known command was given (each empty
+            # parser cost ~0.4 ms of `shoal run`'s start)
             continue
         if module in loaded:
             continue
