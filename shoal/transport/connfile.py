@@ -13,7 +13,6 @@ Every field is checked when the file is read: a bad one is a :class:`ConnectionF
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import socket
@@ -148,6 +147,8 @@ def is_local_endpoint(endpoint: str) -> bool:
     host = rest.rpartition(":")[0].strip("[]")
     if host == "localhost":
         return True
+    import ipaddress  # (here: ~1 ms of every cold start, for TCP heads only)
+
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:  # "*", an interface or host name: may be reachable from elsewhere
@@ -161,6 +162,8 @@ def host_address() -> tuple[str, str]:
     maps to 127.0.x.x, as many distributions set up) the source address of the default
     route (a UDP ``connect``, which sends nothing); else loopback.
     """
+    import ipaddress
+
     name = socket.gethostname()
     try:
         infos = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
