@@ -45,8 +45,8 @@ HOW = {
     "parsl": "HTEX, one local block of N workers; W2-W3 bash_app; W4 join_app",
     "ipyparallel": "local cluster of N engines, load-balanced view; map = map_sync",
     "hq": "server + 1 worker --cpus N on loopback; W2 --array; W3 job file; stdout/stderr none",
-    "xargs": "xargs -PN -n1",
-    "parallel": "parallel -jN",
+    "xargs": "W2 xargs -PN -I{} /bin/true (no argument), W3 xargs -PN -n1 sleep",
+    "parallel": "parallel -jN (W2 -N0: no argument)",
     "shoal-cli": "shoal run - -j N --discard-output --no-progress --no-summary; whole-run wall time "
     "(head/agent start and teardown included), like xargs",
 }
