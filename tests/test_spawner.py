@@ -19,7 +19,7 @@ import pytest
 
 from shoal import Command, Executor
 from shoal.agent import launcher
-from shoal.agent.spawner import MAX_MSG, Spawner
+from shoal.agent.spawner import MAX_MSG, Spawner, wait_child
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers need not import tests
 
@@ -221,3 +221,31 @@ def _ppid(pid: int) -> int:
     except OSError:
         return -1
     return int(stat[stat.rfind(b")") + 2:].split()[1])
+
+
+def test_wait_child_reaps_a_child_the_moment_it_exits():
+    # what the agent's stop waits on (its spawn helper, its workers): a pidfd, not a poll
+    pid = os.posix_spawn("/bin/sleep", ["sleep", "0.3"], os.environ)
+    t = time.monotonic()
+    assert wait_child(pid, 10.0)
+    assert 0.25 <= time.monotonic() - t < 5.0
+    with pytest.raises(ChildProcessError):  # reaped: no zombie left
+        os.waitpid(pid, os.WNOHANG)
+    assert wait_child(pid, 1.0)  # reaped already: nothing to wait for
+
+
+def test_wait_child_gives_up_at_the_timeout_and_leaves_the_child_running():
+    pid = os.posix_spawn("/bin/sleep", ["sleep", "30"], os.environ)
+    try:
+        assert not wait_child(pid, 0.2)
+        assert _alive(pid)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def test_the_helper_exits_and_is_reaped_when_the_agent_closes_it():
+    sp = Spawner()
+    sp.close(5.0)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(sp.pid, os.WNOHANG)

@@ -49,6 +49,7 @@ from shoal.agent.headlink import (
 )
 from shoal.agent.placing import Placing
 from shoal.agent.pool import SLOT_BYTES, WorkerHandle, WorkerPool, spec_owner
+from shoal.agent.spawner import wait_child
 from shoal.agent.stopping import Stopping
 from shoal.transport import protocol as P
 from shoal.transport.session import PeerSession
@@ -670,12 +671,8 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
         deadline = time.monotonic() + 2.0
         for w in list(self.workers.values()):
             # one that has not said hello may not be connected yet and never hear us
-            while time.monotonic() < deadline and w.said_hello and not w.tasks:
-                pid, _ = os.waitpid(w.pid, os.WNOHANG)
-                if pid:
-                    break
-                time.sleep(0.005)
-            else:
+            if not (w.said_hello and not w.tasks
+                    and wait_child(w.pid, max(0.0, deadline - time.monotonic()))):
                 try:
                     os.kill(w.pid, signal.SIGKILL)
                     os.waitpid(w.pid, 0)

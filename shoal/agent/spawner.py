@@ -219,22 +219,46 @@ class Spawner:
             self.sock.close()
         if wait_s is None:
             return
-        deadline = time.monotonic() + wait_s
+        if not wait_child(self.pid, wait_s):
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+
+
+def wait_child(pid: int, timeout: float) -> bool:
+    """Reap the child ``pid`` as soon as it exits, within ``timeout`` seconds: True when
+    it was reaped (or was already), False when it still runs.
+
+    It waits on a pidfd, which is readable the moment the child exits: the agent's stop
+    used to poll every 5 ms, and the helper, which exits within a millisecond of its
+    socket's close, cost 3-5 ms of every `shoal run`'s stop that way."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:  # not a process any more: reaped already
+        return True
+    except OSError:  # no pidfd here (before Linux 5.3): poll
+        fd = -1
+    deadline = time.monotonic() + timeout
+    try:
         while True:
             try:
-                pid, _ = os.waitpid(self.pid, os.WNOHANG)
+                done, _ = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
-                return
-            if pid:
-                return
-            if time.monotonic() >= deadline:
-                try:
-                    os.kill(self.pid, signal.SIGKILL)
-                    os.waitpid(self.pid, 0)
-                except (ProcessLookupError, ChildProcessError):
-                    pass
-                return
-            time.sleep(0.005)
+                return True
+            if done:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if fd >= 0:
+                select.select([fd], [], [], left)
+            else:
+                time.sleep(min(0.005, left))
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 class _AgentGone(Exception):
