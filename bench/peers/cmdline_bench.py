@@ -11,7 +11,7 @@ W2 runs ``/bin/true`` without an argument, as every other peer does (``Command([
 ``subprocess.run(["/bin/true"])``, hq's array job): coreutils' ``true`` given exactly one
 argument looks for ``--help``/``--version`` and first calls ``setlocale(LC_ALL, "")``, which
 under ``LANG=C.UTF-8`` opens and maps the locale's files (110 system calls instead of 31,
-about 0.27 ms more CPU a command on the 2-core VM: 35% more). Until 2026-11-29 these three
+0.2-0.27 ms more of the command's CPU on the 2-core VM: 0.77 against 0.54 ms). Until 2026-11-29 these three
 peers ran ``/bin/true N`` (one input line as its argument) and so a dearer command than the
 others in W2.
 """
