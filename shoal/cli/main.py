@@ -37,7 +37,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = COMMANDS.get(argv[0]) if argv else None
     loaded: set[str] = set()
-    for name, module in COMMANDS.items():
+    for module in COMMANDS.values():
         if wanted is not None and module != wanted:
             # neither loaded nor listed: only the top level's usage and help name the
             # others, and they are printed when no known command was given (each empty
