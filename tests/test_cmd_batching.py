@@ -67,6 +67,9 @@ def test_the_helper_reports_a_deep_queue_in_batches():
         spans = sorted(max(r[3] for r in m) - min(r[3] for r in m)
                        for m in messages[: len(messages) // 2])
         assert spans and spans[len(spans) // 2] >= 0.004, (spans, [len(m) for m in messages])
-        assert len(messages) <= n // 6, [len(m) for m in messages]
+        # How many exits that is depends on how fast /bin/true runs: ~20 a message on a
+        # quiet machine, ~4 on one with more runnable processes than cores (then ~30
+        # messages for the 120). One report a message would mean no batching at all.
+        assert len(messages) <= n // 2, [len(m) for m in messages]
     finally:
         sp.close(5.0)
