@@ -221,9 +221,23 @@ def freeze_tree(root: int, timeout: float = 10.0) -> list[int]:
             frozen.append(pid)
         for pid in new:  # kill() returns before the stop: a running one may still fork
             while (st := _stat(pid)) is not None and st[0] not in "TtZX":
+                if st[0] == "D" and _vfork_parent_of_frozen(pid, seen):
+                    break  # it runs again only once that child execs: frozen as well
                 if time.monotonic() > deadline:
                     raise AssertionError(f"process {pid} ({cmdline(pid)}) did not stop")
                 time.sleep(0.002)
+
+
+def _vfork_parent_of_frozen(pid: int, frozen: set[int]) -> bool:
+    """Whether ``pid`` waits (uninterruptibly, "D") on a child of its own that this freeze
+    stopped: a ``posix_spawn`` (vfork) whose child was stopped before its exec. The parent
+    cannot stop until the child has exec'd, which it never will while it is stopped; a
+    SIGKILL still ends both."""
+    for kid in frozen:
+        st = _stat(kid)
+        if st is not None and st[1] == pid and st[0] in "Tt":
+            return True
+    return False
 
 
 def kill_tree(root: int) -> list[int]:
