@@ -49,6 +49,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from math import log2 as _log2
 from typing import Any
 
 from shoal.head.filling import Filling
@@ -56,6 +57,7 @@ from shoal.head.need import (
     BACKOFF,
     DISPATCHED,
     EST_MIN_BUCKET,
+    EST_PER_OCTAVE,
     EST_SHIFT,
     QUEUED,
     SIZE_MAX,
@@ -372,14 +374,32 @@ class SchedulerCore(Filling, Placement, Planning):
         tasks = self.tasks
         fresh: list[Task] = []
         seq = self.seq
+        plain_max = self._plain_max
         for i, spec in enumerate(specs):
             seq += 1
             task = Task(spec[T_ID], spec, owner, static, owner_num, seq)
             tasks[task.tid] = task
             if keys is not None:
                 task.key = keys[i]
-            if task.opts or task.cores != 1:
-                if not self._shape(task, d):
+            opts = task.opts
+            if opts or task.cores != 1:
+                # a plain task stating its run time only (the common case with estimates):
+                # _shape's steps for it, without its calls (est_bucket, parse_need)
+                est = opts.get("estimate") if opts is not None and len(opts) == 1 else None
+                cores = task.cores
+                if (est.__class__ is float and 0.0 < est < 1.8e19 and cores.__class__ is int
+                        and cores >= 1):
+                    x = _log2(est) * EST_PER_OCTAVE
+                    b = int(x)
+                    if x < b:  # floor, below 1 s
+                        b -= 1
+                    if b < EST_MIN_BUCKET:
+                        b = EST_MIN_BUCKET
+                    task.est = b
+                    task.seq -= (b - EST_MIN_BUCKET) << EST_SHIFT
+                    if cores > plain_max:
+                        plain_max = self._plain_max = cores
+                elif not self._shape(task, d):
                     continue
             deps = spec[T_DEPS]
             if deps:
@@ -400,7 +420,8 @@ class SchedulerCore(Filling, Placement, Planning):
             if task.place is not None:
                 self._enqueue_placed(task, d)
             elif task.need is None:
-                if task.est is None:
+                b = task.est
+                if b is None or b == self._top:  # (_push_est: its bucket is ready's)
                     ready.append(task.tid)
                 else:
                     self._push_est(task)
@@ -508,27 +529,54 @@ class SchedulerCore(Filling, Placement, Planning):
         Only the agent holding the task's current attempt is heard, and only for that
         attempt (``attempt`` None: the current one): a result of an attempt that was
         given up (its agent declared lost) is dropped, so a task resolves once.
+
+        The hot path of a run whose results come one at a time: a plain task's success is
+        resolved here (what :meth:`_finish` does for it), and the agent refilled at once
+        when it is the only one whose credit may have grown (as :meth:`_fill_all` would).
         """
         d = Decisions()
         agent = self.agents.get(agent_name)
         num = agent.num if agent is not None else 0
         tasks = self.tasks
+        resolve = d.resolve
+        owner: bytes | None = None
+        out: list[list[Any]] = []
+        done = 0
         for item in results:
             task = tasks.get(item[0])
             if task is None or task.agent != agent_name or task.state != DISPATCHED:
                 continue  # resolved, cancelled, requeued: a stale attempt
-            attempt = item[3] if len(item) > 3 else None
+            n = len(item)
+            attempt = item[3] if n > 3 else None
             if attempt is not None and attempt != task.spec[T_ATTEMPT]:
                 continue
             if task.alloc is not None:
                 self._release(task)
-            elif agent is not None and task.tid in agent.running:
-                agent.running.discard(task.tid)
-                agent.inflight -= task.cores
+            elif agent is not None:
+                running = agent.running
+                if task.tid in running:
+                    running.remove(task.tid)
+                    agent.inflight -= task.cores
             status = item[1]
-            info = item[4] if len(item) > 4 else None
+            info = item[4] if n > 4 else None
             if status == OK and (info is None or not task.opts):
-                self._finish(task, OK, item[2], d, num, item)
+                if task.dependents is None and task.key is None:  # _finish's steps for it
+                    del tasks[task.tid]
+                    done += 1
+                    item[1] = OK
+                    item[3] = num
+                    if n > 4:
+                        item[4] = task.history
+                    else:
+                        item.append(task.history)
+                    if task.owner != owner:
+                        owner = task.owner
+                        out = resolve.get(owner)  # type: ignore[assignment]
+                        if out is None:
+                            out = resolve[owner] = []  # type: ignore[index]
+                    out.append(item)
+                else:
+                    self._finish(task, OK, item[2], d, num, item)
             elif status in (ERR, LOST, TIMEOUT, OK):
                 task.state = QUEUED
                 task.agent = None
@@ -536,8 +584,14 @@ class SchedulerCore(Filling, Placement, Planning):
                                      agent_name.decode(errors="replace"), num, d, item)
             else:
                 self._finish(task, status, item[2], d, num, item)
+        self.completed += done
         if agent is not None:
-            self._mark(agent)
+            if (self.ready and not self._dirty and not self._open and not agent.draining
+                    and not (self.paused or self.planning or self.nshaped or self.placed)
+                    and self.resv_tid is None):
+                self._fill_one(agent, d)  # the steady state: only this agent may have credit
+                return d
+            self._dirty.add(agent_name)  # (_mark)
         if self.ready or self.placed or self.nshaped or self._nplan:
             self._fill_all(d)
         return d

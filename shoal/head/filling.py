@@ -172,17 +172,24 @@ class Filling:
             a = self.agents.get(next(iter(dirty)))
             if a is not None and not a.draining:
                 dirty.clear()
-                free = min(a.window, a.slots - a.held) - a.inflight
-                if free > 0:
-                    self._fill(a, d, free)
-                if self.ready and a.window > a.inflight and not self._no_prefetch():
-                    self._fill(a, d)
+                self._fill_one(a, d)
                 return
         # A burst spreads over agents: first every agent gets what its free cores can start
         # now, then the prefetch, most credit first.
         self._fill_heap(d, True)
         if self.ready and not self._no_prefetch():
             self._fill_heap(d, False)
+
+    def _fill_one(self, a: AgentState, d: Decisions) -> None:
+        """Fill the one agent whose credit may have grown: its free cores, then (unless
+        ready's tasks are long) its prefetch. ``a`` is not draining."""
+        free = min(a.window, a.slots - a.held) - a.inflight
+        if free > 0:
+            self._fill(a, d, free)
+        if self.ready and a.window > a.inflight:
+            top = self._top
+            if top is None or not LONG_BUCKET <= top < UNKNOWN:  # (_no_prefetch)
+                self._fill(a, d)
 
     def _fill_heap(self, d: Decisions, spread: bool) -> None:
         """Fill agents off the credit heap, most credit first (``spread``: each only up to
@@ -253,57 +260,67 @@ class Filling:
             self._unreserve()
         if agent.own:
             self._fill_own(agent, d)
-        ready, tasks = self.ready, self.tasks
-        out: list[list[Any]] | None = None
-        skipped: list[int] = []
+        ready = self.ready
         slots = agent.slots
-        credit = agent.window - agent.inflight  # kept locally: this loop is the hot path
+        inflight = agent.inflight
+        credit = agent.window - inflight  # kept locally: this loop is the hot path
         if limit is not None and limit < credit:
             credit = limit
         top = self._top
-        if top is not None and LONG_BUCKET <= top < UNKNOWN:  # long tasks: free cores only
-            credit = min(credit, slots - agent.held - agent.inflight)
-        start = credit
-        big_first = self.big_first
-        free0 = slots - agent.held - agent.inflight + start  # free cores = free0 - credit
-        name, running = agent.name, agent.running
-        while credit > 0:
-            if not ready:
-                if not self._lower or not self._refill():  # (a shorter bucket: the limit
-                    break                                       # above stays, conservative)
-                continue
-            tid = ready.popleft()
-            task = tasks.get(tid)
-            if task is None:
-                continue
-            cores = task.cores
-            if cores > credit or cores > slots or (
-                    cores > 1 and big_first and cores > free0 - credit):
-                if cores > slots:
-                    skipped.append(tid)  # never fits this agent; another may take it
+        long = top is not None and LONG_BUCKET <= top < UNKNOWN
+        if long:  # long tasks: free cores only
+            free = slots - agent.held - inflight
+            if free < credit:
+                credit = free
+        skipped: list[int] | None = None
+        if credit > 0:
+            start = credit
+            tasks = self.tasks
+            big_first = self.big_first
+            free0 = slots - agent.held - inflight + start  # free cores = free0 - credit
+            name, running = agent.name, agent.running
+            out: list[list[Any]] | None = None
+            while credit > 0:
+                if not ready:
+                    if not self._lower or not self._refill():  # (a shorter bucket: the limit
+                        break                                       # above stays, conservative)
                     continue
-                ready.appendleft(tid)  # wait for enough credit (big_first: free cores)
-                break
-            credit -= cores
-            task.state = DISPATCHED
-            task.agent = name
-            running.add(tid)
-            spec = task.spec
-            spec[T_ATTEMPT] += 1
-            if out is None:
-                out = d.dispatch.setdefault(name, [])
-            out.append(spec)
-        agent.inflight += start - credit
-        if not ready and self._lower:  # keep the rule: ready empty, no bucket waits
-            self._refill()
+                tid = ready.popleft()
+                task = tasks.get(tid)
+                if task is None:
+                    continue
+                cores = task.cores
+                if cores > credit or cores > slots or (
+                        cores > 1 and big_first and cores > free0 - credit):
+                    if cores > slots:
+                        if skipped is None:
+                            skipped = []
+                        skipped.append(tid)  # never fits this agent; another may take it
+                        continue
+                    ready.appendleft(tid)  # wait for enough credit (big_first: free cores)
+                    break
+                credit -= cores
+                task.state = DISPATCHED
+                task.agent = name
+                running.add(tid)
+                spec = task.spec
+                spec[T_ATTEMPT] += 1
+                if out is None:
+                    out = d.dispatch.get(name)
+                    if out is None:
+                        out = d.dispatch[name] = []
+                out.append(spec)
+            inflight = agent.inflight = inflight + start - credit
+            if not ready and self._lower:  # keep the rule: ready empty, no bucket waits
+                self._refill()
         if skipped:
             ready.extendleft(reversed(skipped))
             self._fail_impossible(d, skipped)
-        if self.placed and agent.credit > 0 and not agent.own:
+        if self.placed and agent.window > agent.inflight and not agent.own:
             self._steal(agent, d)
-        if agent.window > agent.inflight and (
-                top is None or not LONG_BUCKET <= top < UNKNOWN or slots > agent.held + agent.inflight):
-            self._mark(agent)  # (no prefetch: only with free cores, else a result marks it)
+        if agent.window > agent.inflight and (not long or slots > agent.held + agent.inflight):
+            self._dirty.add(agent.name)  # (_mark; no prefetch: only with free cores, else a
+            # result marks it)
 
     def _take(self, agent: AgentState, task: Task, d: Decisions) -> None:
         agent.inflight += task.cores
