@@ -56,6 +56,7 @@ from shoal.head.filling import Filling
 from shoal.head.need import (
     BACKOFF,
     DISPATCHED,
+    DONE,
     EST_MIN_BUCKET,
     EST_PER_OCTAVE,
     EST_SHIFT,
@@ -126,7 +127,7 @@ class SchedulerCore(Filling, Placement, Planning):
         self.big_first = big_first
         self._plan_init(plan)
         self.tasks: dict[int, Task] = {}
-        self.ready: deque[int] = deque()
+        self.ready: deque[Task] = deque()          # plain tasks (not tids: no lookup to pop one)
         self.agents: dict[bytes, AgentState] = {}
         self.failed: dict[int, int] = {}          # tid -> status, for dependency checks
         self.pending_static: list[Task] = []      # static tasks waiting for a first agent
@@ -163,7 +164,7 @@ class SchedulerCore(Filling, Placement, Planning):
         # tasks with estimates (shoal.head.filling: longest first): ``ready`` holds the
         # longest bucket (``_top``), the shorter ones wait in ``_lower`` (bucket -> tids)
         self._top: int | None = None
-        self._lower: dict[int, deque[int]] = {}
+        self._lower: dict[int, deque[Task]] = {}
         self._lower_keys: list[int] = []           # heap of -bucket
         self._nlower = 0
         # ``defer_fill``: submit() only queues and fill() places, once per turn of the server
@@ -422,7 +423,7 @@ class SchedulerCore(Filling, Placement, Planning):
             elif task.need is None:
                 b = task.est
                 if b is None or b == self._top:  # (_push_est: its bucket is ready's)
-                    ready.append(task.tid)
+                    ready.append(task)
                 else:
                     self._push_est(task)
             else:
@@ -478,9 +479,9 @@ class SchedulerCore(Filling, Placement, Planning):
         elif task.est is not None and not front:
             self._push_est(task)
         elif front:
-            self.ready.appendleft(task.tid)
+            self.ready.appendleft(task)
         else:
-            self.ready.append(task.tid)
+            self.ready.append(task)
 
     def _enqueue_placed(self, task: Task, d: Decisions) -> None:
         agent = self.agents.get(task.place)  # type: ignore[arg-type]
@@ -548,7 +549,7 @@ class SchedulerCore(Filling, Placement, Planning):
                 continue  # resolved, cancelled, requeued: a stale attempt
             n = len(item)
             attempt = item[3] if n > 3 else None
-            if attempt is not None and attempt != task.spec[T_ATTEMPT]:
+            if attempt is not None and attempt != task.attempt:
                 continue
             if task.alloc is not None:
                 self._release(task)
@@ -562,6 +563,7 @@ class SchedulerCore(Filling, Placement, Planning):
             if status == OK and (info is None or not task.opts):
                 if task.dependents is None and task.key is None:  # _finish's steps for it
                     del tasks[task.tid]
+                    task.state = DONE
                     done += 1
                     item[1] = OK
                     item[3] = num
@@ -708,7 +710,7 @@ class SchedulerCore(Filling, Placement, Planning):
             except ValueError:
                 pass
         try:
-            self.ready.remove(task.tid)
+            self.ready.remove(task)
         except ValueError:
             self._unqueue_est(task)
         if not self.ready and self._lower:
@@ -728,7 +730,7 @@ class SchedulerCore(Filling, Placement, Planning):
                 self._unreserve()
             self._finish(task, CANCELLED, b"", d, notify_owner=False)
         if self.ready:
-            self.ready = deque(t for t in self.ready if t in self.tasks)
+            self.ready = deque(t for t in self.ready if t.state != DONE)
         if self._lower:
             self._purge_est()
         if self.nshaped:
@@ -761,6 +763,7 @@ class SchedulerCore(Filling, Placement, Planning):
         journal: bool = True,
     ) -> None:
         del self.tasks[task.tid]
+        task.state = DONE
         self.completed += 1
         if notify_owner:
             if item is not None:  # reuse the agent's list: [tid, status, payload, num, attempts]

@@ -21,7 +21,7 @@ import heapq
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from shoal.head.need import DISPATCHED, LONG_BUCKET, UNKNOWN
+from shoal.head.need import DISPATCHED, DONE, LONG_BUCKET, UNKNOWN
 from shoal.transport.protocol import T_ATTEMPT, T_HINT
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ class Filling:
     """Mixin: the plain tasks' fill (module docstring). What it uses of the core:"""
 
     tasks: dict[int, Task]
-    ready: deque[int]
+    ready: deque[Task]
     agents: dict[bytes, AgentState]
     nshaped: int
     placed: int
@@ -52,7 +52,7 @@ class Filling:
     _take_shaped: Callable[[AgentState, Task, Decisions], None]
     _fail_impossible: Callable[..., bool]
     _top: int | None
-    _lower: dict[int, deque[int]]
+    _lower: dict[int, deque[Task]]
     _lower_keys: list[int]
     _nlower: int
     planning: bool
@@ -67,17 +67,17 @@ class Filling:
         if top is None:
             if not ready:
                 self._top = b
-                ready.append(task.tid)
+                ready.append(task)
                 return
             top = self._top = UNKNOWN  # tasks without estimates wait in ready: first
         if b == top:
-            ready.append(task.tid)
+            ready.append(task)
         elif b < top:
             q = self._lower.get(b)
             if q is None:
                 q = self._lower[b] = deque()
                 heapq.heappush(self._lower_keys, -b)
-            q.append(task.tid)
+            q.append(task)
             self._nlower += 1
         else:  # longer than what ready holds: that bucket steps down (in place: callers
             # hold references to ready)
@@ -89,7 +89,7 @@ class Filling:
                 q.extendleft(reversed(ready))
             self._nlower += len(ready)
             ready.clear()
-            ready.append(task.tid)
+            ready.append(task)
             self._top = b
 
     def _refill(self) -> bool:
@@ -110,16 +110,16 @@ class Filling:
         q = self._lower.get(task.est) if task.est is not None else None
         if q is not None:
             try:
-                q.remove(task.tid)
+                q.remove(task)
                 self._nlower -= 1
             except ValueError:
                 pass
 
     def _purge_est(self) -> None:
         """Drop resolved tasks from the waiting buckets (an owner went away)."""
-        tasks, n = self.tasks, 0
+        n = 0
         for b, q in list(self._lower.items()):
-            keep = deque(t for t in q if t in tasks)
+            keep = deque(t for t in q if t.state != DONE)
             self._lower[b] = keep
             n += len(keep)
         self._nlower = n
@@ -199,7 +199,7 @@ class Filling:
         if self._dirty:
             self._settle()
         later: list[AgentState] = []
-        heap, at, agents, ready, tasks = self._open, self._open_at, self.agents, self.ready, self.tasks
+        heap, at, agents, ready = self._open, self._open_at, self.agents, self.ready
         pop = heapq.heappop
         seen: set[bytes] = set()
         while ready and heap:
@@ -216,7 +216,9 @@ class Filling:
                     c = at[name] = a.window - a.inflight  # credit fell since: at its place now
                     heapq.heappush(heap, (-c, a.order, name))
                 continue
-            head = tasks.get(ready[0])
+            head: Task | None = ready[0]
+            if head.state == DONE:  # type: ignore[union-attr]
+                head = None
             if spread:
                 free = min(c, a.slots - a.held - a.inflight)
                 if name in seen:
@@ -272,10 +274,9 @@ class Filling:
             free = slots - agent.held - inflight
             if free < credit:
                 credit = free
-        skipped: list[int] | None = None
+        skipped: list[Task] | None = None
         if credit > 0:
             start = credit
-            tasks = self.tasks
             big_first = self.big_first
             free0 = slots - agent.held - inflight + start  # free cores = free0 - credit
             name, running = agent.name, agent.running
@@ -285,9 +286,8 @@ class Filling:
                     if not self._lower or not self._refill():  # (a shorter bucket: the limit
                         break                                       # above stays, conservative)
                     continue
-                tid = ready.popleft()
-                task = tasks.get(tid)
-                if task is None:
+                task = ready.popleft()
+                if task.state == DONE:
                     continue
                 cores = task.cores
                 if cores > credit or cores > slots or (
@@ -295,16 +295,16 @@ class Filling:
                     if cores > slots:
                         if skipped is None:
                             skipped = []
-                        skipped.append(tid)  # never fits this agent; another may take it
+                        skipped.append(task)  # never fits this agent; another may take it
                         continue
-                    ready.appendleft(tid)  # wait for enough credit (big_first: free cores)
+                    ready.appendleft(task)  # wait for enough credit (big_first: free cores)
                     break
                 credit -= cores
                 task.state = DISPATCHED
                 task.agent = name
-                running.add(tid)
+                running.add(task.tid)
                 spec = task.spec
-                spec[T_ATTEMPT] += 1
+                spec[T_ATTEMPT] = task.attempt = task.attempt + 1
                 if out is None:
                     out = d.dispatch.get(name)
                     if out is None:
@@ -327,7 +327,7 @@ class Filling:
         task.state = DISPATCHED
         task.agent = agent.name
         agent.running.add(task.tid)
-        task.spec[T_ATTEMPT] += 1
+        task.spec[T_ATTEMPT] = task.attempt = task.attempt + 1
         d.send(agent.name, task.spec)
 
     def _fill_own(self, agent: AgentState, d: Decisions) -> None:
@@ -399,7 +399,7 @@ class Filling:
                 task.agent = agent.name
                 agent.running.add(task.tid)
                 agent.inflight += task.cores
-                task.spec[T_ATTEMPT] += 1
+                task.spec[T_ATTEMPT] = task.attempt = task.attempt + 1
                 spec = list(task.spec)
                 spec[T_HINT] = index
                 d.send(agent.name, spec)

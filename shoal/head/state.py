@@ -14,8 +14,8 @@ from shoal.transport.protocol import T_ATTEMPT, T_CORES, T_OPTS, T_OWNER, T_PLAC
 class Task:
     # what a dispatch and a result read come first (the fewest cache lines per task: with a
     # million tasks in flight they are far apart in memory)
-    __slots__ = ("tid", "spec", "owner", "state", "agent", "cores", "alloc", "dependents", "key",
-                 "history", "opts", "ndeps", "static", "place", "hard", "crashes", "failures",
+    __slots__ = ("tid", "spec", "owner", "state", "agent", "cores", "attempt", "alloc", "dependents",
+                 "key", "history", "opts", "ndeps", "static", "place", "hard", "crashes", "failures",
                  "seq", "need", "est")
 
     def __init__(self, tid: int, spec: list[Any], owner: bytes, static: bool,
@@ -25,6 +25,7 @@ class Task:
         if n < TASK_LEN:
             spec.extend([None] * (TASK_LEN - n))
         spec[T_ATTEMPT] = 0
+        self.attempt = 0  # = spec[T_ATTEMPT] (a result is checked against it without the spec)
         self.spec = spec
         if owner_num is not None:
             spec[T_OWNER] = owner_num
