@@ -46,6 +46,7 @@ live tasks only: a dependency that is no longer live and not in ``failed`` succe
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import deque
 from collections.abc import Callable
@@ -101,6 +102,22 @@ BACKOFF_MAX_S = 5.0
 # (shoal sim million: 81.5% -> 94.4% with 50,000; 20,000 did 93.4%). Large enough that a
 # turn's big tasks are still seen together before small ones take their cores.
 TURN_TASKS = 50_000
+# The head process's collector (``python -m shoal.head`` sets it, the simulator around a run):
+# the head holds every live task (a million tasks are some 4 million objects) and makes few
+# reference cycles, so Python's default (700, 10, 10) mostly costs: a young collection every
+# 700 allocations, and full ones over the whole heap as it grows. shoal sim million.toml
+# --estimate 0: see docs/benchmarks.md, "The head's margin".
+GC_THRESHOLDS = (10_000, 10, 10)
+
+
+def tune_gc() -> tuple[int, int, int]:
+    """Set the head process's collector thresholds (``GC_THRESHOLDS``); returns the previous
+    ones, to restore."""
+    old = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
+    return old  # type: ignore[return-value]
+
+
 # what a time-out is, for retry_on (the agent sends no exception for it)
 _TIMEOUT_TYPES = ("shoal.task.errors.TaskTimeout", "builtins.TimeoutError",
                   "builtins.OSError", "builtins.Exception")
