@@ -6,7 +6,7 @@ Agents of 128 cores with prefetch 1 (window 256); one SUBMIT of every task, then
 dispatched task's result comes back alone (the hardest case for the head: one finished()
 per result), refilling as the core decides. ``--estimate``: every task states a run time of
 1-10 s (as ``shoal sim million.toml --estimate 0``: longest first, free cores only, no
-prefetch). Reports the submit's cost per task and the results' rate (time.thread_time:
+prefetch). The collector is the head process's (``core.tune_gc``). Reports the submit's cost per task and the results' rate (time.thread_time:
 CPU, not wall time; the machine may be shared).
 """
 
@@ -16,7 +16,7 @@ import random
 import sys
 import time
 
-from shoal.head.core import SchedulerCore
+from shoal.head.core import SchedulerCore, tune_gc
 from shoal.transport import protocol as P
 
 
@@ -25,6 +25,7 @@ def main() -> None:
     estimate = "--estimate" in sys.argv
     agents = int(args[0]) if args else 2048
     n = int(args[1]) if len(args) > 1 else 1_000_000
+    tune_gc()  # as the head's process (python -m shoal.head)
     core = SchedulerCore()
     names = [f"a{i}".encode() for i in range(agents)]
     for i, name in enumerate(names):

@@ -182,8 +182,42 @@ class Filling:
 
     def _fill_one(self, a: AgentState, d: Decisions) -> None:
         """Fill the one agent whose credit may have grown: its free cores, then (unless
-        ready's tasks are long) its prefetch. ``a`` is not draining."""
-        free = min(a.window, a.slots - a.held) - a.inflight
+        ready's tasks are long) its prefetch. ``a`` is not draining.
+
+        The steady state of a run whose results come one at a time: the agent has room for
+        one more 1-core task, and ready's first live task is one; it goes at once, without
+        the general fill's setup (anything else: the general fill, which then does the same
+        as without this)."""
+        top = self._top
+        long = top is not None and LONG_BUCKET <= top < UNKNOWN
+        inflight, window = a.inflight, a.window
+        free = min(window, a.slots - a.held) - inflight
+        if (free if long else window - inflight) == 1:
+            ready = self.ready
+            while ready:
+                task = ready.popleft()
+                if task.state == DONE:
+                    continue
+                if task.cores != 1:
+                    ready.appendleft(task)
+                    break
+                name = a.name
+                task.state = DISPATCHED
+                task.agent = name
+                a.running.add(task.tid)
+                spec = task.spec
+                spec[T_ATTEMPT] = task.attempt = task.attempt + 1
+                out = d.dispatch.get(name)
+                if out is None:
+                    d.dispatch[name] = [spec]
+                else:
+                    out.append(spec)
+                inflight = a.inflight = inflight + 1
+                if not ready and self._lower:  # keep the rule: ready empty, no bucket waits
+                    self._refill()
+                if window > inflight and (not long or a.slots > a.held + inflight):
+                    self._dirty.add(name)  # (_mark, as _fill's end)
+                return
         if free > 0:
             self._fill(a, d, free)
         if self.ready and a.window > a.inflight:
