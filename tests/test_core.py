@@ -181,3 +181,16 @@ def test_cancel_a_placed_task():
     assert done == [2] and core.placed == 1
     d = core.set_window(A, 4)
     assert [s[0] for s in d.dispatch[A]] == [1]
+
+
+def test_the_head_process_collector_thresholds_are_set_and_restorable():
+    import gc
+
+    from shoal.head.core import GC_THRESHOLDS, tune_gc
+
+    before = gc.get_threshold()
+    try:
+        assert tune_gc() == before
+        assert gc.get_threshold() == GC_THRESHOLDS
+    finally:
+        gc.set_threshold(*before)
