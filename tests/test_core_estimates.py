@@ -205,3 +205,14 @@ def test_a_cancelled_queued_task_is_not_sent_by_the_short_path():
     core.cancel_owner(b"someone-else")  # (rebuilds the queues: nothing of OWNER's goes)
     assert sent(core.finished(A, ok(2)), A) == [5]
     assert sent(core.finished(A, ok(4, 5)), A) == [] and not core.tasks and core.completed == 5
+
+
+def test_when_the_last_long_task_goes_the_short_ones_behind_it_are_prefetched_at_once():
+    core = SchedulerCore()
+    core.add_agent(A, 2)
+    core.set_window(A, 4)
+    d = core.submit([task(1, 5.0), task(2, 5.0), task(3, 5.0)] +
+                    [task(i, 0.1) for i in range(4, 8)], OWNER)
+    assert sent(d, A) == [1, 2]  # long: free cores only
+    assert sent(core.finished(A, ok(1)), A) == [3, 4, 5]  # the last long one, then prefetch
+    assert sent(core.finished(A, ok(2)), A) == [6]

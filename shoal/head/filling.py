@@ -217,6 +217,10 @@ class Filling:
                     self._refill()
                 if window > inflight and (not long or a.slots > a.held + inflight):
                     self._dirty.add(name)  # (_mark, as _fill's end)
+                if long and window > inflight and ready:  # the next bucket may be short:
+                    top = self._top                       # then it is prefetched, as below
+                    if top is None or not LONG_BUCKET <= top < UNKNOWN:
+                        self._fill(a, d)
                 return
         if free > 0:
             self._fill(a, d, free)
