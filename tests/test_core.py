@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
-
 from shoal.head.core import SchedulerCore
 from shoal.transport import protocol as P
 
@@ -117,7 +115,7 @@ def test_lost_agent_requeues_its_tasks():
     core.submit([task(1), task(2), task(3)], OWNER)
     d = core.remove_agent(A, "killed")
     assert not d.resolve  # lost attempts run again (crash limit 3)
-    assert list(core.ready) == [1, 2, 3]
+    assert [t.tid for t in core.ready] == [1, 2, 3]
 
 
 def test_owner_leaving_drops_its_tasks():
@@ -170,7 +168,7 @@ def test_hard_placement_errors_and_loss():
     core.submit([placed(3, B, True), placed(4, B, False)], OWNER)
     d = core.remove_agent(B, "node died")
     assert [(i[0], i[1]) for i in d.resolve[OWNER]] == [(3, P.LOST)]
-    assert core.ready == deque([4])  # the soft one goes back to the shared queue
+    assert [t.tid for t in core.ready] == [4]  # the soft one goes back to the shared queue
     d = core.set_window(A, 1)
     assert [s[0] for s in d.dispatch[A]] == [4]
 
@@ -183,3 +181,16 @@ def test_cancel_a_placed_task():
     assert done == [2] and core.placed == 1
     d = core.set_window(A, 4)
     assert [s[0] for s in d.dispatch[A]] == [1]
+
+
+def test_the_head_process_collector_thresholds_are_set_and_restorable():
+    import gc
+
+    from shoal.head.core import GC_THRESHOLDS, tune_gc
+
+    before = gc.get_threshold()
+    try:
+        assert tune_gc() == before
+        assert gc.get_threshold() == GC_THRESHOLDS
+    finally:
+        gc.set_threshold(*before)

@@ -145,3 +145,74 @@ def test_deferred_fill_places_a_turns_submissions_together():
     assert core.unfilled
     assert sent(core.fill(), A) == [9]
     assert not core.unfilled and not core.fill().dispatch
+
+
+def test_results_one_at_a_time_keep_longest_first_and_long_tasks_on_free_cores_only():
+    """The steady state's short path (a result, room for one 1-core task): the same order
+    and the same rule as the general fill, across buckets and agents."""
+    core = SchedulerCore()
+    for name in (A, B):
+        core.add_agent(name, 4)
+        core.set_window(name, 8)  # prefetch 1: long tasks still only take free cores
+    ests = [1 + (i * 7919) % 97 / 10 for i in range(60)]  # 1-10.6 s, shuffled
+    d = core.submit([task(i + 1, e) for i, e in enumerate(ests)], OWNER)
+    held = {A: sent(d, A), B: sent(d, B)}
+    assert len(held[A]) == len(held[B]) == 4  # free cores only
+    order = held[A] + held[B]
+    while held[A] or held[B]:
+        name = A if len(held[A]) >= len(held[B]) else B
+        d = core.finished(name, ok(held[name].pop(0)))
+        got = sent(d, name)
+        assert len(got) <= 1 and not d.dispatch.keys() - {name}
+        held[name] += got
+        order += got
+        assert all(len(h) <= 4 for h in held.values())  # never beyond the free cores
+    assert sorted(order) == list(range(1, 61)) and core.completed == 60
+    buckets = [core_bucket(ests[t - 1]) for t in order[8:]]
+    assert buckets == sorted(buckets, reverse=True)  # longest bucket first
+
+
+def core_bucket(est: float) -> int:
+    from shoal.head.need import est_bucket
+
+    return est_bucket({"estimate": est})  # type: ignore[return-value]
+
+
+def test_a_multi_core_task_among_one_core_ones_waits_for_its_room_with_results_one_at_a_time():
+    core = SchedulerCore()
+    core.add_agent(A, 4)
+    core.set_window(A, 4)
+    specs = [task(1, 5.0), task(2, 5.0), task(3, 5.0), task(4, 5.0), task(5, 5.0, cores=2),
+             task(6, 5.0), task(7, 5.0)]
+    d = core.submit(specs, OWNER)
+    assert sent(d, A) == [1, 2, 3, 4]
+    assert sent(core.finished(A, ok(1)), A) == []  # one core free: the 2-core task waits
+    assert sent(core.finished(A, ok(2)), A) == [5]  # two: it goes, still before 6 and 7
+    assert sent(core.finished(A, ok(3)), A) == [6]
+    assert sent(core.finished(A, ok(4)), A) == [7]
+    assert sent(core.finished(A, ok(5, 6, 7)), A) == [] and not core.tasks
+
+
+def test_a_cancelled_queued_task_is_not_sent_by_the_short_path():
+    core = SchedulerCore()
+    core.add_agent(A, 2)
+    core.set_window(A, 2)
+    d = core.submit([task(i, 3.0) for i in range(1, 6)], OWNER)
+    assert sent(d, A) == [1, 2]
+    done, _ = core.cancel([3], OWNER)
+    assert done == [3]
+    assert sent(core.finished(A, ok(1)), A) == [4]
+    core.cancel_owner(b"someone-else")  # (rebuilds the queues: nothing of OWNER's goes)
+    assert sent(core.finished(A, ok(2)), A) == [5]
+    assert sent(core.finished(A, ok(4, 5)), A) == [] and not core.tasks and core.completed == 5
+
+
+def test_when_the_last_long_task_goes_the_short_ones_behind_it_are_prefetched_at_once():
+    core = SchedulerCore()
+    core.add_agent(A, 2)
+    core.set_window(A, 4)
+    d = core.submit([task(1, 5.0), task(2, 5.0), task(3, 5.0)] +
+                    [task(i, 0.1) for i in range(4, 8)], OWNER)
+    assert sent(d, A) == [1, 2]  # long: free cores only
+    assert sent(core.finished(A, ok(1)), A) == [3, 4, 5]  # the last long one, then prefetch
+    assert sent(core.finished(A, ok(2)), A) == [6]

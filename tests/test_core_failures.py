@@ -41,7 +41,7 @@ def test_lost_agent_attempts_run_elsewhere_and_resolve_once():
     assert {s[0] for s in d.dispatch[A]} == {1} and {s[0] for s in d.dispatch[B]} == {2}
     d = core.remove_agent(A, "silent for 8 s")
     assert not d.resolve and not d.dispatch  # B is full: 1 waits at the front
-    assert list(core.ready) == [1]
+    assert [t.tid for t in core.ready] == [1]
     d = core.finished(B, [[2, P.OK, b"two", 1, None]])
     assert d.resolve[OWNER] == [[2, P.OK, b"two", 2, None]]
     respec = d.dispatch[B][0]

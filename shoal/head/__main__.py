@@ -8,6 +8,7 @@ import os
 import sys
 
 from shoal._sys import set_parent_death_signal, stop_on_signals
+from shoal.head.core import tune_gc
 from shoal.head.journal import JournalError
 from shoal.head.server import Head
 from shoal.trace.store import TraceError
@@ -41,6 +42,7 @@ def main(argv: list[str] | None = None, connection: Connection | None = None) ->
                         format="shoal head: %(message)s")
     if args.owner_pid:
         set_parent_death_signal()
+    tune_gc()  # this process is the head: its collector suits a table of live tasks
     try:
         try:
             if connection is None:

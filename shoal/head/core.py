@@ -46,16 +46,20 @@ live tasks only: a dependency that is no longer live and not in ``failed`` succe
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import deque
 from collections.abc import Callable
+from math import log2 as _log2
 from typing import Any
 
 from shoal.head.filling import Filling
 from shoal.head.need import (
     BACKOFF,
     DISPATCHED,
+    DONE,
     EST_MIN_BUCKET,
+    EST_PER_OCTAVE,
     EST_SHIFT,
     QUEUED,
     SIZE_MAX,
@@ -98,6 +102,26 @@ BACKOFF_MAX_S = 5.0
 # (shoal sim million: 81.5% -> 94.4% with 50,000; 20,000 did 93.4%). Large enough that a
 # turn's big tasks are still seen together before small ones take their cores.
 TURN_TASKS = 50_000
+# The head process's collector (``python -m shoal.head`` sets it, the simulator around a run):
+# the head holds every live task (a million tasks are some 4 million objects) and makes few
+# reference cycles, so Python's default (700, 10, 10) mostly costs: a young collection every
+# 700 allocations, and a full one over the whole heap each time it grew by a quarter (a
+# task's objects were traversed ~4 times on the way to a million). Here young collections
+# come every 50,000 allocations and a full one is considered only every 100 million (cycles
+# still die young in the first two generations). Submitting 250,000 tasks: 1.27 us a task
+# with (10000, 10, 10), 0.78 us with these, 0.63 us with no collector at all; shoal sim
+# million.toml --estimate 0: docs/benchmarks.md, "The head's margin".
+GC_THRESHOLDS = (50_000, 20, 100)
+
+
+def tune_gc() -> tuple[int, int, int]:
+    """Set the head process's collector thresholds (``GC_THRESHOLDS``); returns the previous
+    ones, to restore."""
+    old = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
+    return old  # type: ignore[return-value]
+
+
 # what a time-out is, for retry_on (the agent sends no exception for it)
 _TIMEOUT_TYPES = ("shoal.task.errors.TaskTimeout", "builtins.TimeoutError",
                   "builtins.OSError", "builtins.Exception")
@@ -124,7 +148,7 @@ class SchedulerCore(Filling, Placement, Planning):
         self.big_first = big_first
         self._plan_init(plan)
         self.tasks: dict[int, Task] = {}
-        self.ready: deque[int] = deque()
+        self.ready: deque[Task] = deque()          # plain tasks (not tids: no lookup to pop one)
         self.agents: dict[bytes, AgentState] = {}
         self.failed: dict[int, int] = {}          # tid -> status, for dependency checks
         self.pending_static: list[Task] = []      # static tasks waiting for a first agent
@@ -161,7 +185,7 @@ class SchedulerCore(Filling, Placement, Planning):
         # tasks with estimates (shoal.head.filling: longest first): ``ready`` holds the
         # longest bucket (``_top``), the shorter ones wait in ``_lower`` (bucket -> tids)
         self._top: int | None = None
-        self._lower: dict[int, deque[int]] = {}
+        self._lower: dict[int, deque[Task]] = {}
         self._lower_keys: list[int] = []           # heap of -bucket
         self._nlower = 0
         # ``defer_fill``: submit() only queues and fill() places, once per turn of the server
@@ -372,14 +396,32 @@ class SchedulerCore(Filling, Placement, Planning):
         tasks = self.tasks
         fresh: list[Task] = []
         seq = self.seq
+        plain_max = self._plain_max
         for i, spec in enumerate(specs):
             seq += 1
             task = Task(spec[T_ID], spec, owner, static, owner_num, seq)
             tasks[task.tid] = task
             if keys is not None:
                 task.key = keys[i]
-            if task.opts or task.cores != 1:
-                if not self._shape(task, d):
+            opts = task.opts
+            if opts or task.cores != 1:
+                # a plain task stating its run time only (the common case with estimates):
+                # _shape's steps for it, without its calls (est_bucket, parse_need)
+                est = opts.get("estimate") if opts is not None and len(opts) == 1 else None
+                cores = task.cores
+                if (est.__class__ is float and 0.0 < est < 1.8e19 and cores.__class__ is int
+                        and cores >= 1):
+                    x = _log2(est) * EST_PER_OCTAVE
+                    b = int(x)
+                    if x < b:  # floor, below 1 s
+                        b -= 1
+                    if b < EST_MIN_BUCKET:
+                        b = EST_MIN_BUCKET
+                    task.est = b
+                    task.seq -= (b - EST_MIN_BUCKET) << EST_SHIFT
+                    if cores > plain_max:
+                        plain_max = self._plain_max = cores
+                elif not self._shape(task, d):
                     continue
             deps = spec[T_DEPS]
             if deps:
@@ -395,17 +437,24 @@ class SchedulerCore(Filling, Placement, Planning):
         if static:
             self._place_static([t for t in fresh if t.place is None and t.need is None], d)
             fresh = [t for t in fresh if t.place is not None or t.need is not None]
-        ready = self.ready
+        ready, lower = self.ready, self._lower
+        nlower = 0
         for task in fresh:
             if task.place is not None:
                 self._enqueue_placed(task, d)
             elif task.need is None:
-                if task.est is None:
-                    ready.append(task.tid)
+                b = task.est
+                top = self._top
+                if b is None or b == top:  # (_push_est's steps: its bucket is ready's,
+                    ready.append(task)
+                elif top is not None and b < top and b in lower:  # or a shorter one that waits)
+                    lower[b].append(task)
+                    nlower += 1
                 else:
                     self._push_est(task)
             else:
                 self._push_shaped(task)
+        self._nlower += nlower
         if fresh:
             if self.defer_fill:
                 self.unfilled += len(fresh)
@@ -457,9 +506,9 @@ class SchedulerCore(Filling, Placement, Planning):
         elif task.est is not None and not front:
             self._push_est(task)
         elif front:
-            self.ready.appendleft(task.tid)
+            self.ready.appendleft(task)
         else:
-            self.ready.append(task.tid)
+            self.ready.append(task)
 
     def _enqueue_placed(self, task: Task, d: Decisions) -> None:
         agent = self.agents.get(task.place)  # type: ignore[arg-type]
@@ -508,27 +557,55 @@ class SchedulerCore(Filling, Placement, Planning):
         Only the agent holding the task's current attempt is heard, and only for that
         attempt (``attempt`` None: the current one): a result of an attempt that was
         given up (its agent declared lost) is dropped, so a task resolves once.
+
+        The hot path of a run whose results come one at a time: a plain task's success is
+        resolved here (what :meth:`_finish` does for it), and the agent refilled at once
+        when it is the only one whose credit may have grown (as :meth:`_fill_all` would).
         """
         d = Decisions()
         agent = self.agents.get(agent_name)
         num = agent.num if agent is not None else 0
         tasks = self.tasks
+        resolve = d.resolve
+        owner: bytes | None = None
+        out: list[list[Any]] = []
+        done = 0
         for item in results:
             task = tasks.get(item[0])
             if task is None or task.agent != agent_name or task.state != DISPATCHED:
                 continue  # resolved, cancelled, requeued: a stale attempt
-            attempt = item[3] if len(item) > 3 else None
-            if attempt is not None and attempt != task.spec[T_ATTEMPT]:
+            n = len(item)
+            attempt = item[3] if n > 3 else None
+            if attempt is not None and attempt != task.attempt:
                 continue
             if task.alloc is not None:
                 self._release(task)
-            elif agent is not None and task.tid in agent.running:
-                agent.running.discard(task.tid)
-                agent.inflight -= task.cores
+            elif agent is not None:
+                running = agent.running
+                if task.tid in running:
+                    running.remove(task.tid)
+                    agent.inflight -= task.cores
             status = item[1]
-            info = item[4] if len(item) > 4 else None
+            info = item[4] if n > 4 else None
             if status == OK and (info is None or not task.opts):
-                self._finish(task, OK, item[2], d, num, item)
+                if task.dependents is None and task.key is None:  # _finish's steps for it
+                    del tasks[task.tid]
+                    task.state = DONE
+                    done += 1
+                    item[1] = OK
+                    item[3] = num
+                    if n > 4:
+                        item[4] = task.history
+                    else:
+                        item.append(task.history)
+                    if task.owner != owner:
+                        owner = task.owner
+                        out = resolve.get(owner)  # type: ignore[assignment]
+                        if out is None:
+                            out = resolve[owner] = []  # type: ignore[index]
+                    out.append(item)
+                else:
+                    self._finish(task, OK, item[2], d, num, item)
             elif status in (ERR, LOST, TIMEOUT, OK):
                 task.state = QUEUED
                 task.agent = None
@@ -536,8 +613,14 @@ class SchedulerCore(Filling, Placement, Planning):
                                      agent_name.decode(errors="replace"), num, d, item)
             else:
                 self._finish(task, status, item[2], d, num, item)
+        self.completed += done
         if agent is not None:
-            self._mark(agent)
+            if (self.ready and not self._dirty and not self._open and not agent.draining
+                    and not (self.paused or self.planning or self.nshaped or self.placed)
+                    and self.resv_tid is None):
+                self._fill_one(agent, d)  # the steady state: only this agent may have credit
+                return d
+            self._dirty.add(agent_name)  # (_mark)
         if self.ready or self.placed or self.nshaped or self._nplan:
             self._fill_all(d)
         return d
@@ -654,7 +737,7 @@ class SchedulerCore(Filling, Placement, Planning):
             except ValueError:
                 pass
         try:
-            self.ready.remove(task.tid)
+            self.ready.remove(task)
         except ValueError:
             self._unqueue_est(task)
         if not self.ready and self._lower:
@@ -674,7 +757,7 @@ class SchedulerCore(Filling, Placement, Planning):
                 self._unreserve()
             self._finish(task, CANCELLED, b"", d, notify_owner=False)
         if self.ready:
-            self.ready = deque(t for t in self.ready if t in self.tasks)
+            self.ready = deque(t for t in self.ready if t.state != DONE)
         if self._lower:
             self._purge_est()
         if self.nshaped:
@@ -707,6 +790,7 @@ class SchedulerCore(Filling, Placement, Planning):
         journal: bool = True,
     ) -> None:
         del self.tasks[task.tid]
+        task.state = DONE
         self.completed += 1
         if notify_owner:
             if item is not None:  # reuse the agent's list: [tid, status, payload, num, attempts]

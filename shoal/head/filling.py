@@ -21,7 +21,7 @@ import heapq
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from shoal.head.need import DISPATCHED, LONG_BUCKET, UNKNOWN
+from shoal.head.need import DISPATCHED, DONE, LONG_BUCKET, UNKNOWN
 from shoal.transport.protocol import T_ATTEMPT, T_HINT
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ class Filling:
     """Mixin: the plain tasks' fill (module docstring). What it uses of the core:"""
 
     tasks: dict[int, Task]
-    ready: deque[int]
+    ready: deque[Task]
     agents: dict[bytes, AgentState]
     nshaped: int
     placed: int
@@ -52,7 +52,7 @@ class Filling:
     _take_shaped: Callable[[AgentState, Task, Decisions], None]
     _fail_impossible: Callable[..., bool]
     _top: int | None
-    _lower: dict[int, deque[int]]
+    _lower: dict[int, deque[Task]]
     _lower_keys: list[int]
     _nlower: int
     planning: bool
@@ -67,17 +67,17 @@ class Filling:
         if top is None:
             if not ready:
                 self._top = b
-                ready.append(task.tid)
+                ready.append(task)
                 return
             top = self._top = UNKNOWN  # tasks without estimates wait in ready: first
         if b == top:
-            ready.append(task.tid)
+            ready.append(task)
         elif b < top:
             q = self._lower.get(b)
             if q is None:
                 q = self._lower[b] = deque()
                 heapq.heappush(self._lower_keys, -b)
-            q.append(task.tid)
+            q.append(task)
             self._nlower += 1
         else:  # longer than what ready holds: that bucket steps down (in place: callers
             # hold references to ready)
@@ -89,7 +89,7 @@ class Filling:
                 q.extendleft(reversed(ready))
             self._nlower += len(ready)
             ready.clear()
-            ready.append(task.tid)
+            ready.append(task)
             self._top = b
 
     def _refill(self) -> bool:
@@ -110,16 +110,16 @@ class Filling:
         q = self._lower.get(task.est) if task.est is not None else None
         if q is not None:
             try:
-                q.remove(task.tid)
+                q.remove(task)
                 self._nlower -= 1
             except ValueError:
                 pass
 
     def _purge_est(self) -> None:
         """Drop resolved tasks from the waiting buckets (an owner went away)."""
-        tasks, n = self.tasks, 0
+        n = 0
         for b, q in list(self._lower.items()):
-            keep = deque(t for t in q if t in tasks)
+            keep = deque(t for t in q if t.state != DONE)
             self._lower[b] = keep
             n += len(keep)
         self._nlower = n
@@ -172,17 +172,62 @@ class Filling:
             a = self.agents.get(next(iter(dirty)))
             if a is not None and not a.draining:
                 dirty.clear()
-                free = min(a.window, a.slots - a.held) - a.inflight
-                if free > 0:
-                    self._fill(a, d, free)
-                if self.ready and a.window > a.inflight and not self._no_prefetch():
-                    self._fill(a, d)
+                self._fill_one(a, d)
                 return
         # A burst spreads over agents: first every agent gets what its free cores can start
         # now, then the prefetch, most credit first.
         self._fill_heap(d, True)
         if self.ready and not self._no_prefetch():
             self._fill_heap(d, False)
+
+    def _fill_one(self, a: AgentState, d: Decisions) -> None:
+        """Fill the one agent whose credit may have grown: its free cores, then (unless
+        ready's tasks are long) its prefetch. ``a`` is not draining.
+
+        The steady state of a run whose results come one at a time: the agent has room for
+        one more 1-core task, and ready's first live task is one; it goes at once, without
+        the general fill's setup (anything else: the general fill, which then does the same
+        as without this)."""
+        top = self._top
+        long = top is not None and LONG_BUCKET <= top < UNKNOWN
+        inflight, window = a.inflight, a.window
+        free = min(window, a.slots - a.held) - inflight
+        if (free if long else window - inflight) == 1:
+            ready = self.ready
+            while ready:
+                task = ready.popleft()
+                if task.state == DONE:
+                    continue
+                if task.cores != 1:
+                    ready.appendleft(task)
+                    break
+                name = a.name
+                task.state = DISPATCHED
+                task.agent = name
+                a.running.add(task.tid)
+                spec = task.spec
+                spec[T_ATTEMPT] = task.attempt = task.attempt + 1
+                out = d.dispatch.get(name)
+                if out is None:
+                    d.dispatch[name] = [spec]
+                else:
+                    out.append(spec)
+                inflight = a.inflight = inflight + 1
+                if not ready and self._lower:  # keep the rule: ready empty, no bucket waits
+                    self._refill()
+                if window > inflight and (not long or a.slots > a.held + inflight):
+                    self._dirty.add(name)  # (_mark, as _fill's end)
+                if long and window > inflight and ready:  # the next bucket may be short:
+                    top = self._top                       # then it is prefetched, as below
+                    if top is None or not LONG_BUCKET <= top < UNKNOWN:
+                        self._fill(a, d)
+                return
+        if free > 0:
+            self._fill(a, d, free)
+        if self.ready and a.window > a.inflight:
+            top = self._top
+            if top is None or not LONG_BUCKET <= top < UNKNOWN:  # (_no_prefetch)
+                self._fill(a, d)
 
     def _fill_heap(self, d: Decisions, spread: bool) -> None:
         """Fill agents off the credit heap, most credit first (``spread``: each only up to
@@ -192,7 +237,7 @@ class Filling:
         if self._dirty:
             self._settle()
         later: list[AgentState] = []
-        heap, at, agents, ready, tasks = self._open, self._open_at, self.agents, self.ready, self.tasks
+        heap, at, agents, ready = self._open, self._open_at, self.agents, self.ready
         pop = heapq.heappop
         seen: set[bytes] = set()
         while ready and heap:
@@ -209,7 +254,9 @@ class Filling:
                     c = at[name] = a.window - a.inflight  # credit fell since: at its place now
                     heapq.heappush(heap, (-c, a.order, name))
                 continue
-            head = tasks.get(ready[0])
+            head: Task | None = ready[0]
+            if head.state == DONE:  # type: ignore[union-attr]
+                head = None
             if spread:
                 free = min(c, a.slots - a.held - a.inflight)
                 if name in seen:
@@ -253,64 +300,72 @@ class Filling:
             self._unreserve()
         if agent.own:
             self._fill_own(agent, d)
-        ready, tasks = self.ready, self.tasks
-        out: list[list[Any]] | None = None
-        skipped: list[int] = []
+        ready = self.ready
         slots = agent.slots
-        credit = agent.window - agent.inflight  # kept locally: this loop is the hot path
+        inflight = agent.inflight
+        credit = agent.window - inflight  # kept locally: this loop is the hot path
         if limit is not None and limit < credit:
             credit = limit
         top = self._top
-        if top is not None and LONG_BUCKET <= top < UNKNOWN:  # long tasks: free cores only
-            credit = min(credit, slots - agent.held - agent.inflight)
-        start = credit
-        big_first = self.big_first
-        free0 = slots - agent.held - agent.inflight + start  # free cores = free0 - credit
-        name, running = agent.name, agent.running
-        while credit > 0:
-            if not ready:
-                if not self._lower or not self._refill():  # (a shorter bucket: the limit
-                    break                                       # above stays, conservative)
-                continue
-            tid = ready.popleft()
-            task = tasks.get(tid)
-            if task is None:
-                continue
-            cores = task.cores
-            if cores > credit or cores > slots or (
-                    cores > 1 and big_first and cores > free0 - credit):
-                if cores > slots:
-                    skipped.append(tid)  # never fits this agent; another may take it
+        long = top is not None and LONG_BUCKET <= top < UNKNOWN
+        if long:  # long tasks: free cores only
+            free = slots - agent.held - inflight
+            if free < credit:
+                credit = free
+        skipped: list[Task] | None = None
+        if credit > 0:
+            start = credit
+            big_first = self.big_first
+            free0 = slots - agent.held - inflight + start  # free cores = free0 - credit
+            name, running = agent.name, agent.running
+            out: list[list[Any]] | None = None
+            while credit > 0:
+                if not ready:
+                    if not self._lower or not self._refill():  # (a shorter bucket: the limit
+                        break                                       # above stays, conservative)
                     continue
-                ready.appendleft(tid)  # wait for enough credit (big_first: free cores)
-                break
-            credit -= cores
-            task.state = DISPATCHED
-            task.agent = name
-            running.add(tid)
-            spec = task.spec
-            spec[T_ATTEMPT] += 1
-            if out is None:
-                out = d.dispatch.setdefault(name, [])
-            out.append(spec)
-        agent.inflight += start - credit
-        if not ready and self._lower:  # keep the rule: ready empty, no bucket waits
-            self._refill()
+                task = ready.popleft()
+                if task.state == DONE:
+                    continue
+                cores = task.cores
+                if cores > credit or cores > slots or (
+                        cores > 1 and big_first and cores > free0 - credit):
+                    if cores > slots:
+                        if skipped is None:
+                            skipped = []
+                        skipped.append(task)  # never fits this agent; another may take it
+                        continue
+                    ready.appendleft(task)  # wait for enough credit (big_first: free cores)
+                    break
+                credit -= cores
+                task.state = DISPATCHED
+                task.agent = name
+                running.add(task.tid)
+                spec = task.spec
+                spec[T_ATTEMPT] = task.attempt = task.attempt + 1
+                if out is None:
+                    out = d.dispatch.get(name)
+                    if out is None:
+                        out = d.dispatch[name] = []
+                out.append(spec)
+            inflight = agent.inflight = inflight + start - credit
+            if not ready and self._lower:  # keep the rule: ready empty, no bucket waits
+                self._refill()
         if skipped:
             ready.extendleft(reversed(skipped))
             self._fail_impossible(d, skipped)
-        if self.placed and agent.credit > 0 and not agent.own:
+        if self.placed and agent.window > agent.inflight and not agent.own:
             self._steal(agent, d)
-        if agent.window > agent.inflight and (
-                top is None or not LONG_BUCKET <= top < UNKNOWN or slots > agent.held + agent.inflight):
-            self._mark(agent)  # (no prefetch: only with free cores, else a result marks it)
+        if agent.window > agent.inflight and (not long or slots > agent.held + agent.inflight):
+            self._dirty.add(agent.name)  # (_mark; no prefetch: only with free cores, else a
+            # result marks it)
 
     def _take(self, agent: AgentState, task: Task, d: Decisions) -> None:
         agent.inflight += task.cores
         task.state = DISPATCHED
         task.agent = agent.name
         agent.running.add(task.tid)
-        task.spec[T_ATTEMPT] += 1
+        task.spec[T_ATTEMPT] = task.attempt = task.attempt + 1
         d.send(agent.name, task.spec)
 
     def _fill_own(self, agent: AgentState, d: Decisions) -> None:
@@ -382,7 +437,7 @@ class Filling:
                 task.agent = agent.name
                 agent.running.add(task.tid)
                 agent.inflight += task.cores
-                task.spec[T_ATTEMPT] += 1
+                task.spec[T_ATTEMPT] = task.attempt = task.attempt + 1
                 spec = list(task.spec)
                 spec[T_HINT] = index
                 d.send(agent.name, spec)

@@ -10,8 +10,10 @@ import math
 from typing import Any
 
 # task states (the core's): QUEUED: ready (in a queue or an agent's own queue); BACKOFF: a
-# failed attempt waits for its retry (the server calls ``requeue`` when the delay is over)
-QUEUED, WAITING, DISPATCHED, BACKOFF = 0, 1, 2, 3
+# failed attempt waits for its retry (the server calls ``requeue`` when the delay is over);
+# DONE: resolved, no longer in the task table (an entry left in ``ready`` is skipped: the
+# queues of plain tasks hold the tasks themselves, not tids to look up)
+QUEUED, WAITING, DISPATCHED, BACKOFF, DONE = 0, 1, 2, 3, 4
 
 RESOURCE_KEYS = ("gpus", "memory", "ranks", "nodes", "exclusive", "timeout")
 

@@ -52,7 +52,7 @@ import heapq
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from shoal.head.need import DISPATCHED, Need
+from shoal.head.need import DISPATCHED, DONE, Need
 from shoal.transport.protocol import ERR, T_ATTEMPT
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class Placement:
     """
 
     tasks: dict[int, Task]
-    ready: deque[int]
+    ready: deque[Task]
     agents: dict[bytes, AgentState]
     shaped: dict[tuple[Any, ...], deque[int]]
     nshaped: int
@@ -106,7 +106,7 @@ class Placement:
     _mark: Callable[[AgentState], None]
     _refill: Callable[[], bool]
     _no_prefetch: Callable[[], bool]
-    _lower: dict[int, deque[int]]
+    _lower: dict[int, deque[Task]]
     _top: int | None
     big_first: bool
 
@@ -280,7 +280,7 @@ class Placement:
         task.state = DISPATCHED
         task.agent = a.name
         a.running.add(task.tid)
-        task.spec[T_ATTEMPT] += 1
+        task.spec[T_ATTEMPT] = task.attempt = task.attempt + 1
         d.send(a.name, task.spec)
         if task.tid == self.resv_tid:
             self._unreserve()
@@ -394,12 +394,12 @@ class Placement:
         while True:
             pseq = inf
             if plain_open:
-                while ready and ready[0] not in tasks:
+                while ready and ready[0].state == DONE:
                     ready.popleft()
                 if not ready and self._lower and self._refill():
                     continue  # the next bucket of estimated tasks
                 if ready:
-                    pseq = tasks[ready[0]].seq
+                    pseq = ready[0].seq
             if heads and heads[0][0] < pseq:
                 key = heads[0][1]
                 bound = pseq
@@ -488,8 +488,7 @@ class Placement:
     def _place_plain(self, bound: float, d: Decisions) -> bool:
         """Send plain tasks while they are older than ``bound``; False when the queue's
         head cannot go now."""
-        ready, tasks = self.ready, self.tasks
-        task = tasks[ready[0]]
+        task = self.ready[0]
         cores = task.cores
         holder = task.tid == self.resv_tid
         agent, best = None, -1
@@ -506,7 +505,7 @@ class Placement:
             if room >= cores and (room > best if not pack or agent is None else room < best):
                 agent, best = a, room
         if agent is None:
-            if self._fail_impossible(d, [task.tid]):
+            if self._fail_impossible(d, [task]):
                 return True
             if cores > 1 and not self._holder_seen:
                 need = Need(cores, 0, 0, 0, 0, False, None)
@@ -522,14 +521,14 @@ class Placement:
                 self._pass_free -= free - max(0, slots - agent.held - agent.inflight)
 
     def _pour(self, agent: AgentState, bound: float, d: Decisions) -> bool:
-        ready, tasks = self.ready, self.tasks
+        ready = self.ready
         slots = agent.slots
         while ready or (self._lower and self._refill()):
-            tid = ready[0]
-            task = tasks.get(tid)
-            if task is None:
+            task = ready[0]
+            if task.state == DONE:
                 ready.popleft()
                 continue
+            tid = task.tid
             if task.seq > bound:
                 return True
             cores = task.cores
@@ -544,7 +543,7 @@ class Placement:
             task.state = DISPATCHED
             task.agent = agent.name
             agent.running.add(tid)
-            task.spec[T_ATTEMPT] += 1
+            task.spec[T_ATTEMPT] = task.attempt = task.attempt + 1
             d.send(agent.name, task.spec)
             if holder:
                 self._unreserve()
@@ -631,7 +630,7 @@ class Placement:
         total = sum(r for _, r in rooms)
         return f"asks for {what}; all {_plural(len(live), 'agent')} together hold {total}"
 
-    def _fail_impossible(self, d: Decisions, only: list[int] | None = None) -> bool:
+    def _fail_impossible(self, d: Decisions, only: list[Task] | None = None) -> bool:
         """Fail queued tasks no connected agent could ever run (see module docstring);
         ``only``: just these plain tasks. Returns whether any failed."""
         if self.paused:
@@ -643,25 +642,23 @@ class Placement:
         biggest = max(a.slots for a in live)
         if only is not None or self._plain_max > biggest:
             cands = only if only is not None else self.ready
-            bad = [tid for tid in cands if tid in self.tasks and self.tasks[tid].cores > biggest
-                   and self.tasks[tid].need is None]
+            bad = [t for t in cands if t.state != DONE and t.cores > biggest and t.need is None]
             if bad:
                 failed = True
                 big = max(live, key=lambda a: a.slots)
                 bad_set = set(bad)
                 ready = self.ready  # in place: a pass holds a reference to it
                 if only is not None:
-                    for tid in bad:
-                        ready.remove(tid)
+                    for t in bad:
+                        ready.remove(t)
                 else:
                     keep = [t for t in ready if t not in bad_set]
                     ready.clear()
                     ready.extend(keep)
                 if not ready and self._lower:
                     self._refill()
-                for tid in bad:
-                    task = self.tasks[tid]
-                    if tid == self.resv_tid:
+                for task in bad:
+                    if task.tid == self.resv_tid:
                         self._unreserve()
                     self._finish(task, ERR, (f"the task asks for {task.cores} cores but the "
                                              f"largest agent ({_label(big)}) has {big.slots}").encode(), d)

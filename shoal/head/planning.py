@@ -323,7 +323,7 @@ class Planning:
     """Mixin: the plan and its dispatch (module docstring). What it uses of the core:"""
 
     tasks: dict[int, Task]
-    ready: deque[int]
+    ready: deque[Task]
     agents: dict[bytes, AgentState]
     shaped: dict[tuple[Any, ...], deque[int]]
     nshaped: int
@@ -331,7 +331,7 @@ class Planning:
     resv_tid: int | None
     clock: Callable[[], float]
     _dirty: set[bytes]
-    _lower: dict[int, deque[int]]
+    _lower: dict[int, deque[Task]]
     _lower_keys: list[int]
     _nlower: int
     _top: int | None
@@ -410,16 +410,15 @@ class Planning:
         """Take the plannable tasks out of the usual queues."""
         tasks, ready, out = self.tasks, self.ready, []
         if ready or self._lower:
-            keep: list[int] = []
+            keep: list[Task] = []
             for q in (ready, *self._lower.values()):
-                for tid in q:
-                    t = tasks.get(tid)
-                    if t is None or t.state != QUEUED:
+                for t in q:  # (tasks, not tids)
+                    if t.state != QUEUED:
                         continue
                     if self._plannable(t):
                         out.append(t)
                     else:
-                        keep.append(tid)
+                        keep.append(t)
             ready.clear()  # in place: others hold references to it
             ready.extend(keep)
             self._lower.clear()

@@ -22,6 +22,7 @@ with the virtual clock, so ``shoal trace`` reads it like a real run's.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import random
 import time
@@ -30,7 +31,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from shoal.head.core import TURN_TASKS, SchedulerCore
+from shoal.head.core import TURN_TASKS, SchedulerCore, tune_gc
 from shoal.sim.workload import Workload
 from shoal.transport.protocol import CMD, OK
 
@@ -240,7 +241,11 @@ class Simulator:
         del specs
         self.turn_due = True
         self._push(0.0, _TURN)
-        self._loop()
+        gc_was = tune_gc()  # as the head's process (python -m shoal.head)
+        try:
+            self._loop()
+        finally:
+            gc.set_threshold(*gc_was)
         if tracer is not None:
             tracer.close({"agents": self.nagents, "slots": self.nagents * wl.cores,
                           "completed": core.completed, "simulated": True})
