@@ -86,7 +86,7 @@ class HeadLink:
 
         from shoal.task import errors
         from shoal.task.codec import Encoder
-        from shoal.task.errors import ExecutorError, is_broken_pool_error
+        from shoal.task.errors import ExecutorError
         from shoal.task.future import deliver, wake
         from shoal.transport import protocol as P
 
@@ -166,8 +166,8 @@ class HeadLink:
                                         fut._agent_num = r[3]
                                     deliver(fut, r[1], r[2], r[4] if len(r) > 4 else None,
                                             notify=False)
-                                    if r[1] != P.OK and is_broken_pool_error(fut._exception,
-                                                                             "InitializerError"):
+                                    if r[1] != P.OK and isinstance(fut._exception,
+                                                                   errors.InitializerError):
                                         broken = fut._exception
                             wake(fcond)  # once per message, not per future
                             fut = r = None  # this thread must not keep a result alive

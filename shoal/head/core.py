@@ -216,8 +216,7 @@ class SchedulerCore(Filling, Placement, Planning):
         if self.pending_static:
             batch, self.pending_static = self.pending_static, []
             self._place_static(batch, d)
-        if self.ready or self.placed or self.nshaped or self._nplan:
-            self._fill_all(d)
+        self._fill_waiting(d)
         self._fail_impossible(d)
         return d
 
@@ -288,8 +287,7 @@ class SchedulerCore(Filling, Placement, Planning):
         agent.own.clear()
         if not self.agents:
             return d
-        if self.ready or self.placed or self.nshaped or self._nplan:
-            self._fill_all(d)
+        self._fill_waiting(d)
         self._fail_impossible(d)
         return d
 
@@ -338,8 +336,7 @@ class SchedulerCore(Filling, Placement, Planning):
             task.agent = None
             self.requeued += 1
             self._enqueue(task, d, front=True)
-        if self.ready or self.placed or self.nshaped or self._nplan:
-            self._fill_all(d)
+        self._fill_waiting(d)
         return d
 
     def _unrun(self, agent: AgentState | None, task: Task) -> None:
@@ -359,8 +356,7 @@ class SchedulerCore(Filling, Placement, Planning):
             if task is not None and task.state == BACKOFF:
                 task.state = QUEUED
                 self._enqueue(task, d)
-        if self.ready or self.placed or self.nshaped or self._nplan:
-            self._fill_all(d)
+        self._fill_waiting(d)
         return d
 
     def total_slots(self) -> int:
@@ -384,6 +380,12 @@ class SchedulerCore(Filling, Placement, Planning):
         else:
             self._fill(agent, d)
         return d
+
+    def _fill_waiting(self, d: Decisions) -> None:
+        """Fill the agents when any task waits: ready (plain, estimated), placed on an
+        agent, shaped, or planned."""
+        if self.ready or self.placed or self.nshaped or self._nplan:
+            self._fill_all(d)
 
     # ---- tasks --------------------------------------------------------------------
     def submit(self, specs: list[list[Any]], owner: bytes, static: bool = False,
@@ -621,8 +623,7 @@ class SchedulerCore(Filling, Placement, Planning):
                 self._fill_one(agent, d)  # the steady state: only this agent may have credit
                 return d
             self._dirty.add(agent_name)  # (_mark)
-        if self.ready or self.placed or self.nshaped or self._nplan:
-            self._fill_all(d)
+        self._fill_waiting(d)
         return d
 
     def _attempt_failed(self, task: Task, status: int, payload: bytes, info: dict[str, Any] | None,
@@ -721,8 +722,7 @@ class SchedulerCore(Filling, Placement, Planning):
                 continue
             self._unrun(agent, task)
             self._finish(task, CANCELLED, b"", d, notify_owner=False)
-        if self.ready or self.placed or self.nshaped or self._nplan:
-            self._fill_all(d)
+        self._fill_waiting(d)
         return d
 
     def _unqueue(self, task: Task) -> None:
@@ -773,8 +773,7 @@ class SchedulerCore(Filling, Placement, Planning):
                 if agent.own:
                     agent.own = deque(t for t in agent.own if t in self.tasks)
             self.placed = sum(len(a.own) for a in self.agents.values())
-        if self.ready or self.placed or self.nshaped or self._nplan:  # the freed slots go to the others' tasks
-            self._fill_all(d)
+        self._fill_waiting(d)  # the freed slots go to the others' tasks
         return d
 
     # ---- internals ----------------------------------------------------------------

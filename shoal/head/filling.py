@@ -217,17 +217,13 @@ class Filling:
                     self._refill()
                 if window > inflight and (not long or a.slots > a.held + inflight):
                     self._dirty.add(name)  # (_mark, as _fill's end)
-                if long and window > inflight and ready:  # the next bucket may be short:
-                    top = self._top                       # then it is prefetched, as below
-                    if top is None or not LONG_BUCKET <= top < UNKNOWN:
-                        self._fill(a, d)
+                if long and window > inflight and ready and not self._no_prefetch():
+                    self._fill(a, d)  # the next bucket is short: prefetched, as below
                 return
         if free > 0:
             self._fill(a, d, free)
-        if self.ready and a.window > a.inflight:
-            top = self._top
-            if top is None or not LONG_BUCKET <= top < UNKNOWN:  # (_no_prefetch)
-                self._fill(a, d)
+        if self.ready and a.window > a.inflight and not self._no_prefetch():
+            self._fill(a, d)
 
     def _fill_heap(self, d: Decisions, spread: bool) -> None:
         """Fill agents off the credit heap, most credit first (``spread``: each only up to

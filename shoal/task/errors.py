@@ -88,13 +88,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def is_broken_pool_error(exc: BaseException | None, name: str) -> bool:
-    """Whether ``exc`` is a ``name`` (one of HeadLost, TaskLost, InitializerError), without
-    making the classes when no such error was made yet."""
-    cls = globals().get(name)
-    return cls is not None and isinstance(exc, cls)
-
-
 def exception_payload(exc: BaseException, tb_text: str) -> bytes:
     """Pickle an exception with its traceback text; fall back to a RemoteError."""
     try:
