@@ -552,6 +552,9 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
         # importing what they run: imported once here, every worker starts with it for free.
         if self.nworkers:
             import shoal.agent.worker  # noqa: F401
+            from shoal.task import codec
+
+            codec.preload()  # cloudpickle, which the codec imports at its first use
         self._start_workers(self.nworkers)
         self.ctx = zmq.Context()
         self.wsock = self.ctx.socket(zmq.ROUTER)

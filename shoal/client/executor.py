@@ -43,7 +43,7 @@ _NO_DEPS: list[int] = []  # shared by every task without dependencies: never mut
 
 
 def _load_client() -> None:
-    """Import what the client needs past its start (ZeroMQ, cloudpickle, the protocol,
+    """Import what the client needs past its start (ZeroMQ, the protocol,
     multiprocessing...): ``Executor()`` calls it before it starts a local runtime, whose
     processes then inherit these modules (forked) rather than import them a second time."""
     global zmq, MapProgress, progress_delay, progress_setting, init_wrapper
@@ -247,6 +247,10 @@ class Executor(HeadLink, cf.Executor):
             # fork, inherit ZeroMQ, msgpack and the codec instead of importing them again
             # while this process imports them too (a cold start is CPU-bound on 2 cores)
             _load_client()
+            if workers != 0:  # its workers pickle results: cloudpickle, imported once here
+                from shoal.task import codec
+
+                codec.preload()
             from shoal.launch.runtime import start_runtime
             from shoal.launch.workenv import WorkerEnv
 

@@ -2,6 +2,9 @@
 
 A function is pickled once per submitter and travels once per hop (the head and agents
 cache it by id); a task carries only its function id and its pickled arguments.
+
+cloudpickle is imported at the first :func:`dumps` (or :func:`preload`), not with this
+module: commands (``shoal run``) never need it, and its import is ~3 ms of a cold start.
 """
 
 from __future__ import annotations
@@ -13,8 +16,6 @@ import weakref
 from collections import ChainMap
 from collections.abc import Callable
 from typing import Any
-
-import cloudpickle
 
 from shoal.task.command import CAPTURE, Command
 from shoal.transport import protocol as P
@@ -111,46 +112,65 @@ class Encoder:
 _pdumps = pickle.dumps
 
 
-class _Pickler(cloudpickle.Pickler):
-    """cloudpickle, except that a class whose metaclass defines its own ``__reduce__`` is
-    pickled by it. DEAP's ``creator`` classes are remade on each unpickling in a worker, so
-    the one its tasks hold is no longer the module's: cloudpickle would then send that class
-    by value, which their metaclass cannot be rebuilt from (a sub-task of a task holding
-    DEAP individuals failed with "metaclass conflict")."""
+def _make_pickler() -> type:
+    """The pickler class of :func:`dumps`, made at its first use (module docstring)."""
+    import cloudpickle
 
-    def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, type) and type(obj) is not type:
-            own = _own_reduce.get(type(obj))
-            if own is None:
-                own = _own_reduce[type(obj)] = next(
-                    (k.__dict__["__reduce__"] for k in type(obj).__mro__
-                     if k is not type and k is not object and "__reduce__" in k.__dict__), False)
-            if own:
-                return own(obj)
-        return _cloudpickle_override(self, obj)  # not super(): this runs for most objects
+    cloudpickle_override = cloudpickle.Pickler.reducer_override
+    cloudpickle_code_reduce = cloudpickle.Pickler.dispatch_table[types.CodeType]
+    own_reduce: dict[type, Any] = {}  # metaclass -> its own __reduce__, or False
+
+    def code_reduce(code: types.CodeType) -> Any:
+        """cloudpickle's reduction of a code object, keeping its file name: cloudpickle
+        3.1.3 writes ``<dynamic-code>`` there, and a remote traceback of a function sent
+        by value (one defined in ``__main__``) then shows no source line."""
+        fn, args = cloudpickle_code_reduce(code)
+        return fn, tuple(code.co_filename if a == "<dynamic-code>" else a for a in args)
+
+    class Pickler(cloudpickle.Pickler):
+        """cloudpickle, except that a class whose metaclass defines its own ``__reduce__``
+        is pickled by it. DEAP's ``creator`` classes are remade on each unpickling in a
+        worker, so the one its tasks hold is no longer the module's: cloudpickle would
+        then send that class by value, which their metaclass cannot be rebuilt from (a
+        sub-task of a task holding DEAP individuals failed with "metaclass conflict")."""
+
+        # one level of lookup, as cloudpickle's own (the pickler asks it for most objects)
+        dispatch_table = ChainMap(  # type: ignore[misc]
+            {types.CodeType: code_reduce}, *cloudpickle.Pickler.dispatch_table.maps)
+
+        def reducer_override(self, obj: Any) -> Any:
+            if isinstance(obj, type) and type(obj) is not type:
+                own = own_reduce.get(type(obj))
+                if own is None:
+                    own = own_reduce[type(obj)] = next(
+                        (k.__dict__["__reduce__"] for k in type(obj).__mro__
+                         if k is not type and k is not object and "__reduce__" in k.__dict__),
+                        False)
+                if own:
+                    return own(obj)
+            return cloudpickle_override(self, obj)  # not super(): this runs for most objects
+
+    return Pickler
 
 
-def _code_reduce(code: types.CodeType) -> Any:
-    """cloudpickle's reduction of a code object, keeping its file name: cloudpickle 3.1.3
-    writes ``<dynamic-code>`` there, and a remote traceback of a function sent by value
-    (one defined in ``__main__``) then shows no source line."""
-    fn, args = _cloudpickle_code_reduce(code)
-    return fn, tuple(code.co_filename if a == "<dynamic-code>" else a for a in args)
+_pickler: type | None = None
 
 
-_cloudpickle_override = cloudpickle.Pickler.reducer_override
-_cloudpickle_code_reduce = cloudpickle.Pickler.dispatch_table[types.CodeType]
-# one level of lookup, as cloudpickle's own (the pickler asks it for most objects)
-_Pickler.dispatch_table = ChainMap(  # type: ignore[misc]
-    {types.CodeType: _code_reduce}, *cloudpickle.Pickler.dispatch_table.maps)
-_own_reduce: dict[type, Any] = {}  # metaclass -> its own __reduce__, or False
+def preload() -> None:
+    """Import cloudpickle now: before a process forks the ones that will pickle tasks."""
+    global _pickler
+    if _pickler is None:
+        _pickler = _make_pickler()
 
 
 def dumps(obj: Any) -> bytes:
-    """``cloudpickle.dumps(obj, protocol=5)`` with :class:`_Pickler`: how tasks, their
-    results and shared constants are pickled."""
+    """``cloudpickle.dumps(obj, protocol=5)`` with a pickler that keeps metaclass reductions
+    and code file names (:func:`_make_pickler`): how tasks, their results and shared
+    constants are pickled."""
+    if _pickler is None:
+        preload()
     with io.BytesIO() as fh:
-        _Pickler(fh, protocol=5).dump(obj)
+        _pickler(fh, protocol=5).dump(obj)  # type: ignore[misc]
         return fh.getvalue()
 
 

@@ -6,10 +6,38 @@
 
 The store (what is recorded, where, the file format) is :mod:`shoal.trace.store`; the
 report's definitions are in :mod:`shoal.trace.report`; `shoal trace FILE` prints it.
+
+The names below are imported on first use: the head imports ``shoal.trace.store`` at
+every start, and the reader and the report (their dataclasses, ~3 ms of a cold start's
+CPU) are for reading a trace afterwards.
 """
 
-from shoal.trace.reader import AgentSpan, Attempt, Trace, read
-from shoal.trace.report import format_text, summary
-from shoal.trace.store import TraceError
+from __future__ import annotations
 
-__all__ = ["AgentSpan", "Attempt", "Trace", "TraceError", "format_text", "read", "summary"]
+import importlib
+from typing import Any
+
+_WHERE = {
+    "AgentSpan": "shoal.trace.reader",
+    "Attempt": "shoal.trace.reader",
+    "Trace": "shoal.trace.reader",
+    "read": "shoal.trace.reader",
+    "format_text": "shoal.trace.report",
+    "summary": "shoal.trace.report",
+    "TraceError": "shoal.trace.store",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shoal.trace' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
