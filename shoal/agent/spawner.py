@@ -58,7 +58,7 @@ MAX_MSG = 60 << 10        # bigger messages go in a memfd (SEQPACKET: one messag
 SOCK_BUF = 1 << 20
 BLOB = b"F"               # marks a message whose pickle is in the attached memfd
 _FD_SPACE = socket.CMSG_SPACE(4)
-REPORT_DELAY_S = 0.01     # a report waits at most this long for others (see _loop)
+REPORT_DELAY_S = 0.02     # a report waits at most this long for others (see _loop)
 REPORT_BATCH = 256
 TRIM_S = 1.0              # how often output over --max-output is cut back
 
