@@ -25,18 +25,18 @@ class _Books(Commands):
 
 def test_short_commands_get_a_window_of_their_work():
     a = _Books(2)
-    a.cmd_mean = 0.001  # 1 ms commands on 2 cores: 80 ms of them is 160
-    assert a._command_window() == int(2 * CMD_QUEUE_S / 0.001) == 160
+    a.cmd_mean = 0.001  # 1 ms commands on 2 cores: 40 ms of them is 80
+    assert a._command_window() == int(2 * CMD_QUEUE_S / 0.001) == 80
     a.cmd_mean = 0.0012  # a little longer: not re-sent for so small a change
-    assert a._command_window() == 160
-    a.cmd_mean = 0.0045  # under a quarter of the window is enough now: it shrinks
-    assert a._command_window() == int(2 * CMD_QUEUE_S / 0.0045) == 35
+    assert a._command_window() == 80
+    a.cmd_mean = 0.0045  # a quarter of the window is enough now: it shrinks
+    assert a._command_window() == int(2 * CMD_QUEUE_S / 0.0045) == 17
     a.cmd_mean = 0.02  # not short any more: no extra window at all
     assert a._command_window() == 0
     wide = _Books(1024)
     wide.cmd_mean = 0.0001
     assert wide._command_window() == QUEUE_MAX
-    assert AHEAD_MAX >= 160  # what the helper may hold covers the 2-core window
+    assert AHEAD_MAX >= 80  # what the helper may hold covers the 2-core window
 
 
 def test_the_helper_reports_a_deep_queue_in_batches():
