@@ -11,8 +11,9 @@ Names are imported on first use, so the head and agent processes (which import
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from shoal._lazy import attribute as _attribute
 
 __version__ = "0.1.0"
 
@@ -51,12 +52,7 @@ def __getattr__(name: str) -> Any:
         from shoal.futures import scoop_attribute
 
         return scoop_attribute(name)
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'shoal' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return _attribute("shoal", name, _WHERE, globals())
 
 
 def __dir__() -> list[str]:

@@ -14,8 +14,9 @@ CPU) are for reading a trace afterwards.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
+
+from shoal._lazy import attribute as _attribute
 
 _WHERE = {
     "AgentSpan": "shoal.trace.reader",
@@ -31,12 +32,7 @@ __all__ = sorted(_WHERE)
 
 
 def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'shoal.trace' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return _attribute("shoal.trace", name, _WHERE, globals())
 
 
 def __dir__() -> list[str]:
