@@ -323,23 +323,42 @@ class _Helper:
         return 0
 
     def _loop(self, wake_r: int) -> None:
+        # Per command this loop wakes about once (an exit's SIGCHLD), reaps, starts the next
+        # command and maybe reports: on a 2-core node its own work is part of every short
+        # command's cost (issue 13), so a turn reads the clock once and reaps only when a
+        # signal came (every SIGCHLD leaves a byte on the wake-up pipe).
         poller = select.poll()
         sock_fd = self.sock.fileno()
         poller.register(sock_fd, select.POLLIN)
         poller.register(wake_r, select.POLLIN)
-        trim_at = time.monotonic() + TRIM_S
+        poll = poller.poll
+        read = os.read
+        monotonic = time.monotonic
+        running = self.running
+        queue = self.queue
+        now = monotonic()
+        trim_at = now + TRIM_S
         out_since = 0.0  # when the oldest report not sent yet was made
         while True:
-            due = trim_at if self.running else math.inf
             if self.out:
-                due = min(due, out_since + REPORT_DELAY_S)
-            timeout = None if due == math.inf else max(
-                0, math.ceil((due - time.monotonic()) * 1000))
-            events = poller.poll(timeout)
+                due = out_since + REPORT_DELAY_S
+                if running and trim_at < due:
+                    due = trim_at
+            elif running:
+                due = trim_at
+            else:
+                due = 0.0
+            if due:
+                wait_ms = math.ceil((due - now) * 1000)
+                events = poll(wait_ms if wait_ms > 0 else 0)
+            else:
+                events = poll()
+            signalled = False
             for fd, _ in events:
                 if fd == wake_r:
+                    signalled = True
                     try:
-                        os.read(wake_r, 4096)
+                        read(wake_r, 512)
                     except BlockingIOError:
                         pass
                 elif fd == sock_fd:
@@ -348,16 +367,18 @@ class _Helper:
                         if msg is None:
                             break
                         self._handle(_decode(*msg))
-            self._reap()
-            self._launch()
+            if signalled:
+                self._reap()
+            if queue:
+                self._launch()
+            now = monotonic()
             if self.out:
-                now = time.monotonic()
                 if not out_since:
                     out_since = now
                 # Reports wait for company (one message for several exits, as the agent's
                 # RESULTS do) while more is queued here than runs; when the queue runs low
                 # they go at once, so the agent sends more.
-                if (len(self.queue) <= len(self.running) or len(self.out) >= REPORT_BATCH
+                if (len(queue) <= len(running) or len(self.out) >= REPORT_BATCH
                         or now - out_since >= REPORT_DELAY_S):
                     out, self.out = self.out, []
                     out_since = 0.0
@@ -367,9 +388,9 @@ class _Helper:
                         os.close(fds[0])
                     else:
                         self.sock.send(data)
-            if self.running and time.monotonic() >= trim_at:
-                trim_at = time.monotonic() + TRIM_S
-                launcher.trim_captures(self.running.values())
+            if running and now >= trim_at:
+                trim_at = now + TRIM_S
+                launcher.trim_captures(running.values())
 
     def _handle(self, ops: list[tuple[Any, ...]]) -> None:
         for op in ops:
@@ -399,11 +420,16 @@ class _Helper:
 
     def _launch(self) -> None:
         queue = self.queue
+        spawn = launcher.spawn
+        base_env = self.base_env
         while queue and self.used + queue[0][4] <= self.cap:
             _, key, tid, spec, cores, defaults, forced, cpus, argv, mpi = queue.popleft()
             try:
-                run = launcher.spawn(tid, spec, cores, self.base_env, defaults=defaults,
-                                     forced=forced, cpus=cpus, argv=argv)
+                if defaults or forced or cpus or argv is not None:
+                    run = spawn(tid, spec, cores, base_env, defaults=defaults, forced=forced,
+                                cpus=cpus, argv=argv)
+                else:
+                    run = spawn(tid, spec, cores, base_env)
             except launcher.LaunchError as exc:
                 self.out.append((key, None, 0.0, 0.0, None, str(exc), None))
                 continue
@@ -447,7 +473,7 @@ class _Helper:
             launcher.release(run)
             self.out.append((run.key, run.status, run.started, ended, None, None, None))
             return
-        status, payload, info = launcher.outcome(run)
+        status, payload, info = launcher.outcome(run, ended)
         self.out.append((run.key, run.status, run.started, ended, status, payload, info))
 
     def _stop_all(self) -> None:
