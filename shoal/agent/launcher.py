@@ -117,9 +117,13 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], 
     discarded -- takes no detour (each dict lookup and call here is ~1% of the helper's
     own work per command).
     """
-    get = spec.get
     if argv is None:
+        if not (defaults or forced or cpus):
+            run = _spawn_plain(tid, spec, cores, base_env)
+            if run is not None:
+                return run
         argv = spec["argv"]
+    get = spec.get
     if not argv:
         raise LaunchError("empty command")
     env = base_env
@@ -185,23 +189,10 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], 
             else:
                 pid = _posix_spawn(prog, argv, _env_arg(env, base_env), file_actions=actions,
                                    setsid=True, setsigdef=DEFAULT_SIGNALS)
-    except FileNotFoundError as exc:
-        for fd in captures.values():
-            os.close(fd)
-        what = exc.filename if exc.filename and exc.filename != argv[0] else argv[0]
-        if cwd and not os.path.isdir(cwd):
-            raise LaunchError(f"working directory {cwd!r} does not exist") from None
-        raise LaunchError(f"command not found: {what!r}") from None
-    except PermissionError:
-        for fd in captures.values():
-            os.close(fd)
-        raise LaunchError(f"permission denied: cannot execute {argv[0]!r}") from None
     except OSError as exc:
         for fd in captures.values():
             os.close(fd)
-        if exc.errno == errno.E2BIG:  # e.g. a task-file line over MAX_ARG_STRLEN
-            raise LaunchError(_too_long(argv, env)) from None
-        raise LaunchError(f"cannot start {argv[0]!r}: {exc.strerror}") from None
+        raise _start_error(exc, argv, env, cwd) from None
     finally:
         for fd in opened:
             os.close(fd)
@@ -213,6 +204,79 @@ _posix_spawn = os.posix_spawn
 _memfd_create = os.memfd_create
 _monotonic = time.monotonic
 _MEMFD_NAMES = {"stdout": "shoal-stdout", "stderr": "shoal-stderr"}
+_PLAIN_KEYS = frozenset(("argv", "stdout", "stderr", "check"))
+_PLAIN_MODES = (None, "", CAPTURE, DEVNULL)
+stdin_at_0 = False  # this process's fd 0 is /dev/null (the spawn helper's): no stdin dup2
+
+
+def _spawn_plain(tid: int, spec: dict[str, Any], cores: int,
+                 base_env: dict[str, str]) -> Running | None:
+    """``spawn`` of the common command -- no env, cwd or stdin, each stream captured or
+    discarded (the Executor's ``Command``, ``shoal run``'s lines) -- in fewer steps; None
+    when ``spec`` is not one (nothing was done)."""
+    if len(spec) != 1:
+        for k in spec:
+            if k not in _PLAIN_KEYS:
+                return None
+        out_mode = spec.get("stdout")
+        err_mode = spec.get("stderr")
+        if out_mode not in _PLAIN_MODES or err_mode not in _PLAIN_MODES:
+            return None
+    else:
+        out_mode = err_mode = None
+    argv = spec["argv"]
+    if not argv:
+        raise LaunchError("empty command")
+    captures: dict[str, int] = {}
+    try:
+        if out_mode == DEVNULL:
+            out_fd = _devnull_out if _devnull_out >= 0 else _out_devnull()
+        else:
+            out_fd = captures["stdout"] = _memfd_create("shoal-stdout", os.MFD_CLOEXEC)
+        if err_mode == DEVNULL:
+            err_fd = _devnull_out if _devnull_out >= 0 else _out_devnull()
+        else:
+            err_fd = captures["stderr"] = _memfd_create("shoal-stderr", os.MFD_CLOEXEC)
+    except OSError as exc:
+        for fd in captures.values():
+            os.close(fd)
+        raise LaunchError(f"cannot open {exc.filename!r} for the command: {exc.strerror}") from None
+    if stdin_at_0:  # the child inherits it: one dup2 (and glibc's getrlimit check) less
+        actions = [(_DUP2, out_fd, 1), (_DUP2, err_fd, 2)]
+    else:
+        stdin_fd = _devnull_in if _devnull_in >= 0 else _stdin_devnull()
+        actions = [(_DUP2, stdin_fd, 0), (_DUP2, out_fd, 1), (_DUP2, err_fd, 2)]
+    direct = direct_argv(argv)
+    if direct is not None:  # one simple command: no shell in between (see spawnline)
+        pid = _spawn_direct(direct, base_env, actions, None)
+        if pid is not None:
+            return Running(tid, pid, -1, spec, cores, _monotonic(), captures)
+    try:
+        prog = argv[0]
+        if "/" not in prog:  # search PATH once per program, not in every child (execvp)
+            prog = _resolve(prog, base_env.get("PATH", os.defpath))
+        pid = _posix_spawn(prog, argv, _env_arg(base_env, base_env), file_actions=actions,
+                           setsid=True, setsigdef=DEFAULT_SIGNALS)
+    except OSError as exc:
+        for fd in captures.values():
+            os.close(fd)
+        raise _start_error(exc, argv, base_env, None) from None
+    return Running(tid, pid, -1, spec, cores, _monotonic(), captures)
+
+
+def _start_error(exc: OSError, argv: list[str], env: dict[str, str],
+                 cwd: str | None) -> LaunchError:
+    """Why a command could not start, in words."""
+    if isinstance(exc, FileNotFoundError):
+        what = exc.filename if exc.filename and exc.filename != argv[0] else argv[0]
+        if cwd and not os.path.isdir(cwd):
+            return LaunchError(f"working directory {cwd!r} does not exist")
+        return LaunchError(f"command not found: {what!r}")
+    if isinstance(exc, PermissionError):
+        return LaunchError(f"permission denied: cannot execute {argv[0]!r}")
+    if exc.errno == errno.E2BIG:  # e.g. a task-file line over MAX_ARG_STRLEN
+        return LaunchError(_too_long(argv, env))
+    return LaunchError(f"cannot start {argv[0]!r}: {exc.strerror}")
 
 
 def _stream_fd(mode: str | None, name: str, tid: int, captures: dict[str, int],

@@ -295,6 +295,15 @@ class _Helper:
                 except OSError:
                     pass
         launcher._devnull_in = launcher._devnull_out = -1  # were the agent's, if opened
+        # Commands read /dev/null unless told otherwise: as the helper's own stdin (it never
+        # reads one) every command inherits it, without a dup2 per spawn.
+        null = os.open(os.devnull, os.O_RDONLY)
+        if null != 0:
+            os.dup2(null, 0)
+            os.close(null)
+        else:
+            os.set_inheritable(0, True)
+        launcher.stdin_at_0 = True
         try:  # a group of its own: a kill -9 of the agent's process group leaves it to clean up
             os.setpgid(0, 0)
         except OSError:
