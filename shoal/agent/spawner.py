@@ -265,6 +265,10 @@ class _AgentGone(Exception):
     pass
 
 
+class _ChildExited(Exception):
+    """Raised by the SIGCHLD handler to end the helper's poll (see _Helper._loop)."""
+
+
 def _hangup(*_: object) -> None:
     raise _AgentGone
 
@@ -282,11 +286,11 @@ class _Helper:
         self.cap = 1 << 30
         self.base_env = dict(os.environ)
         self.out: list[tuple[Any, ...]] = []
+        self.child_flag = False  # a SIGCHLD came since the last reap
+        self.in_poll = False     # the loop is in (or about to enter) poll: see _loop
 
     def main(self) -> int:
-        keep = {self.sock.fileno()}
-        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        keep |= {wake_r, wake_w, 0, 1, 2}
+        keep = {self.sock.fileno(), 0, 1, 2}
         for name in os.listdir("/proc/self/fd"):  # what the agent had open is not ours
             fd = int(name)
             if fd not in keep:
@@ -317,13 +321,12 @@ class _Helper:
             if signal.getsignal(sig) is not signal.SIG_IGN:
                 signal.signal(sig, _noop)
         signal.signal(signal.SIGHUP, _hangup)
-        signal.signal(signal.SIGCHLD, _noop)
-        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, self._child_exited)
         set_parent_death_signal(signal.SIGHUP)
         try:
             if os.getppid() == 1:
                 raise _AgentGone
-            self._loop(wake_r)
+            self._loop()
         except (_AgentGone, EOFError, BrokenPipeError, ConnectionResetError):
             pass
         finally:
@@ -331,17 +334,27 @@ class _Helper:
             self._stop_all()
         return 0
 
-    def _loop(self, wake_r: int) -> None:
+    def _child_exited(self, *_: object) -> None:
+        """SIGCHLD's handler: note it; in ``poll`` (or about to be), leave it at once."""
+        self.child_flag = True
+        if self.in_poll:
+            self.in_poll = False
+            raise _ChildExited
+
+    def _loop(self) -> None:
         # Per command this loop wakes about once (an exit's SIGCHLD), reaps, starts the next
         # command and maybe reports: on a 2-core node its own work is part of every short
         # command's cost (issue 13), so a turn reads the clock once and reaps only when a
-        # signal came (every SIGCHLD leaves a byte on the wake-up pipe).
+        # SIGCHLD came. The signal reaches the loop without a wake-up pipe (a write in the
+        # handler, a read and a second poll per exit): its handler sets child_flag, and
+        # while in_poll is set it raises _ChildExited, which ends the poll (Python calls
+        # handlers when a system call returns EINTR, and between bytecodes). in_poll is set
+        # before child_flag is checked, and the handler clears it before raising, so a
+        # signal is never missed and never raised outside the try below.
         poller = select.poll()
         sock_fd = self.sock.fileno()
         poller.register(sock_fd, select.POLLIN)
-        poller.register(wake_r, select.POLLIN)
         poll = poller.poll
-        read = os.read
         monotonic = time.monotonic
         running = self.running
         queue = self.queue
@@ -357,26 +370,26 @@ class _Helper:
                 due = trim_at
             else:
                 due = 0.0
+            wait_ms = None
             if due:
                 wait_ms = math.ceil((due - now) * 1000)
-                events = poll(wait_ms if wait_ms > 0 else 0)
-            else:
-                events = poll()
-            signalled = False
-            for fd, _ in events:
-                if fd == wake_r:
-                    signalled = True
-                    try:
-                        read(wake_r, 512)
-                    except BlockingIOError:
-                        pass
-                elif fd == sock_fd:
-                    while True:
-                        msg = _recv(self.sock)
-                        if msg is None:
-                            break
-                        self._handle(_decode(*msg))
-            if signalled:
+                if wait_ms < 0:
+                    wait_ms = 0
+            events: list[tuple[int, int]] = []
+            try:
+                self.in_poll = True
+                events = poll(0 if self.child_flag else wait_ms)
+                self.in_poll = False
+            except _ChildExited:
+                pass
+            if events:
+                while True:
+                    msg = _recv(self.sock)
+                    if msg is None:
+                        break
+                    self._handle(_decode(*msg))
+            if self.child_flag:
+                self.child_flag = False  # first: a SIGCHLD during _reap comes back next turn
                 self._reap()
             if queue:
                 self._launch()
@@ -519,4 +532,4 @@ def _has_exited(pid: int) -> bool:
 
 
 def _noop(*_: object) -> None:
-    """SIGCHLD's handler (its wake-up byte is what counts), and the others' in the helper."""
+    """The handler of SIGINT, SIGTERM, SIGUSR1 and SIGQUIT in the helper (see main)."""
