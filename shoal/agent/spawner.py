@@ -61,6 +61,7 @@ _FD_SPACE = socket.CMSG_SPACE(4)
 REPORT_DELAY_S = 0.01     # a report waits at most this long for others (see _loop)
 REPORT_BATCH = 256
 TRIM_S = 1.0              # how often output over --max-output is cut back
+_PEEK = os.WEXITED | os.WNOHANG | os.WNOWAIT  # an exited child, left to reap
 
 _agent_fd = -1            # the agent's end, closed in every process the agent forks later
 
@@ -442,16 +443,18 @@ class _Helper:
 
     def _launch(self) -> None:
         queue = self.queue
-        spawn = launcher.spawn
+        running = self.running
+        plain = launcher._spawn_plain
         base_env = self.base_env
         while queue and self.used + queue[0][4] <= self.cap:
             _, key, tid, spec, cores, defaults, forced, cpus, argv, mpi = queue.popleft()
             try:
-                if defaults or forced or cpus or argv is not None:
-                    run = spawn(tid, spec, cores, base_env, defaults=defaults, forced=forced,
-                                cpus=cpus, argv=argv)
-                else:
-                    run = spawn(tid, spec, cores, base_env)
+                run = None
+                if not (defaults or forced or cpus or argv is not None):
+                    run = plain(tid, spec, cores, base_env)
+                if run is None:
+                    run = launcher.spawn(tid, spec, cores, base_env, defaults=defaults,
+                                         forced=forced, cpus=cpus, argv=argv)
             except launcher.LaunchError as exc:
                 self.out.append((key, None, 0.0, 0.0, None, str(exc), None))
                 continue
@@ -459,22 +462,25 @@ class _Helper:
                 self.out.append((key, None, 0.0, 0.0, None,
                                  f"cannot start the command: {exc.strerror or exc}", None))
                 continue
-            run.mpi = mpi
+            if mpi:
+                run.mpi = mpi
             run.key = key
             self.used += cores
-            self.running[run.pid] = run
+            running[run.pid] = run
             self.by_key[key] = run
 
     def _reap(self) -> None:
         """Collect every command that exited (SIGCHLD says some did)."""
-        while self.running:
+        running = self.running
+        waitid = os.waitid
+        while running:
             try:
-                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                info = waitid(os.P_ALL, 0, _PEEK)
             except ChildProcessError:
                 return
             if info is None or not info.si_pid:
                 return
-            run = self.running.get(info.si_pid)
+            run = running.get(info.si_pid)
             if run is None:  # not a command of ours (cannot happen): collect it anyway
                 try:
                     os.waitpid(info.si_pid, os.WNOHANG)
@@ -487,16 +493,16 @@ class _Helper:
 
     def _exited(self, run: launcher.Running) -> None:
         ended = time.monotonic()
+        key = run.key
         del self.running[run.pid]
-        del self.by_key[run.key]
+        del self.by_key[key]
         self.used -= run.cores
-        why = self.why.pop(run.key, None)
-        if why is not None:
+        if self.why and self.why.pop(key, None) is not None:
             launcher.release(run)
-            self.out.append((run.key, run.status, run.started, ended, None, None, None))
+            self.out.append((key, run.status, run.started, ended, None, None, None))
             return
         status, payload, info = launcher.outcome(run, ended)
-        self.out.append((run.key, run.status, run.started, ended, status, payload, info))
+        self.out.append((key, run.status, run.started, ended, status, payload, info))
 
     def _stop_all(self) -> None:
         """The agent is gone or closing: stop every command and reap it."""
