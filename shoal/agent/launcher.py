@@ -491,26 +491,10 @@ def outcome(run: Running, now: float | None = None) -> tuple[int, bytes, dict[st
     error with ``check=True``, else an OK result whose info says so (retries use it).
     ``now``: ``time.monotonic()`` when it was seen to exit (its duration ends there)."""
     cap = limits.max_output
-    out = err = None
     captures = run.captures
-    if captures:
-        run.captures = {}
-        fd = captures.get("stdout")
-        if fd is not None:
-            # Nothing written, the common case, takes two lseeks (see _read_capture): the
-            # offset first, while it is the command's
-            if _lseek(fd, 0, os.SEEK_CUR) or _lseek(fd, 0, os.SEEK_END):
-                out = _read_capture(fd, cap)
-            else:
-                out = b""
-                _close(fd)
-        fd = captures.get("stderr")
-        if fd is not None:
-            if _lseek(fd, 0, os.SEEK_CUR) or _lseek(fd, 0, os.SEEK_END):
-                err = _read_capture(fd, cap)
-            else:
-                err = b""
-                _close(fd)
+    out = _read_capture(captures["stdout"], cap) if "stdout" in captures else None
+    err = _read_capture(captures["stderr"], cap) if "stderr" in captures else None
+    run.captures = {}
     spec = run.spec
     argv = spec["argv"]
     shown: Any = argv[2] if len(argv) == 3 and argv[0] == "/bin/sh" and argv[1] == "-c" else argv

@@ -362,7 +362,6 @@ class _Helper:
         now = monotonic()
         trim_at = now + TRIM_S
         out_since = 0.0  # when the oldest report not sent yet was made
-        polled = True    # the last turn looked at the socket
         while True:
             if self.out:
                 due = out_since + REPORT_DELAY_S
@@ -378,16 +377,12 @@ class _Helper:
                 if wait_ms < 0:
                     wait_ms = 0
             events: list[tuple[int, int]] = []
-            if self.child_flag and polled:
-                polled = False  # an exit to collect first: the socket waits one turn at most
-            else:
-                polled = True
-                try:
-                    self.in_poll = True
-                    events = poll(0 if self.child_flag else wait_ms)
-                    self.in_poll = False
-                except _ChildExited:
-                    pass
+            try:
+                self.in_poll = True
+                events = poll(0 if self.child_flag else wait_ms)
+                self.in_poll = False
+            except _ChildExited:
+                pass
             if events:
                 while True:
                     msg = _recv(self.sock)
