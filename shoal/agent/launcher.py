@@ -184,11 +184,11 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], 
             if "/" not in prog:  # search PATH once per program, not in every child (execvp)
                 prog = _resolve(prog, env.get("PATH", os.defpath))
             if cpus:
-                pid = bound_spawn(cpus, os.posix_spawn, prog, argv, _env_arg(env, base_env),
-                                  file_actions=actions, setsid=True, setsigdef=DEFAULT_SIGNALS)
+                pid = bound_spawn(cpus, os.posix_spawn, prog, argv, env, file_actions=actions,
+                                  setsid=True, setsigdef=DEFAULT_SIGNALS)
             else:
-                pid = _posix_spawn(prog, argv, _env_arg(env, base_env), file_actions=actions,
-                                   setsid=True, setsigdef=DEFAULT_SIGNALS)
+                pid = _posix_spawn(prog, argv, env, file_actions=actions, setsid=True,
+                                   setsigdef=DEFAULT_SIGNALS)
     except OSError as exc:
         for fd in captures.values():
             os.close(fd)
@@ -255,8 +255,8 @@ def _spawn_plain(tid: int, spec: dict[str, Any], cores: int,
         prog = argv[0]
         if "/" not in prog:  # search PATH once per program, not in every child (execvp)
             prog = _resolve(prog, base_env.get("PATH", os.defpath))
-        pid = _posix_spawn(prog, argv, _env_arg(base_env, base_env), file_actions=actions,
-                           setsid=True, setsigdef=DEFAULT_SIGNALS)
+        pid = _posix_spawn(prog, argv, base_env, file_actions=actions, setsid=True,
+                           setsigdef=DEFAULT_SIGNALS)
     except OSError as exc:
         for fd in captures.values():
             os.close(fd)
@@ -294,31 +294,6 @@ def _stream_fd(mode: str | None, name: str, tid: int, captures: dict[str, int],
     return fd
 
 
-# The environment as posix_spawn takes it fastest: bytes keys and values are not encoded
-# again at every spawn (35 variables: 4.5 us as str, 3.5 us as bytes, per call). Kept for
-# the environments that come back (the helper's base one and its PWD-fixed copy), by
-# identity: neither is changed once made (a new config is a new dict).
-_env_bytes: dict[int, tuple[dict[str, str], dict[bytes, bytes]]] = {}
-
-
-def _env_arg(env: dict[str, str], *stable: dict[str, str]) -> dict[Any, Any]:
-    """``env`` for posix_spawn: its bytes copy when ``env`` is one of ``stable``."""
-    hit = _env_bytes.get(id(env))
-    if hit is not None and hit[0] is env:
-        return hit[1]
-    for s in stable:
-        if s is env:
-            try:
-                conv = {os.fsencode(k): os.fsencode(v) for k, v in env.items()}
-            except (TypeError, UnicodeError):  # let posix_spawn say what is wrong
-                return env
-            if len(_env_bytes) >= 8:
-                _env_bytes.clear()
-            _env_bytes[id(env)] = (env, conv)
-            return conv
-    return env
-
-
 _direct_env: tuple[dict[str, str], dict[str, str]] | None = None
 
 
@@ -337,11 +312,10 @@ def _spawn_direct(argv: list[str], env: dict[str, str], actions: list[tuple[Any,
         env = fixed
     try:
         prog = argv[0] if "/" in argv[0] else _resolve(argv[0], env.get("PATH", os.defpath))
-        envp = _env_arg(env, env) if cached is not None and cached[1] is env else env
         if cpus:
-            return bound_spawn(cpus, os.posix_spawn, prog, argv, envp, file_actions=actions,
+            return bound_spawn(cpus, os.posix_spawn, prog, argv, env, file_actions=actions,
                                setsid=True, setsigdef=DEFAULT_SIGNALS)
-        return _posix_spawn(prog, argv, envp, file_actions=actions, setsid=True,
+        return _posix_spawn(prog, argv, env, file_actions=actions, setsid=True,
                             setsigdef=DEFAULT_SIGNALS)
     except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError):
         return None
