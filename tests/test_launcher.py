@@ -15,7 +15,8 @@ from shoal.agent import launcher, limits
 from shoal.task.command import CommandResult
 from shoal.transport import protocol as P
 
-SHOWN = [["/bin/true"], "sleep 1", ["printf", "%s\\n", "a b"], ["a", "a"], []]
+SHOWN = [["/bin/true"], "sleep 1", ["printf", "%s\\n", "a b"], ["a", "a"], [], ("a", "b"),
+         ["a", "b"], ["1"], [1], [1.0], [True]]
 STREAMS = [(b"", b""), (None, None), (b"", None), (None, b""), (b"out\n", b""), (b"", b"err")]
 DURATIONS = [0.0, 1e-9, 0.000512, 1.5, 123456.789, -0.0, math.inf, 7e-310]
 
