@@ -249,3 +249,48 @@ def test_the_helper_exits_and_is_reaped_when_the_agent_closes_it():
     sp.close(5.0)
     with pytest.raises(ChildProcessError):
         os.waitpid(sp.pid, os.WNOHANG)
+
+
+def test_commands_read_dev_null_and_see_the_configured_environment(drv):
+    # The helper's own stdin is /dev/null (read-only) and every command inherits it; its
+    # environment goes to posix_spawn as bytes, remembered per config.
+    import pickle
+
+    def stdin_of(key: int) -> tuple[bytes, int]:
+        res = pickle.loads(drv.reports[key][5])
+        link, flags = res.stdout.split(b"\n")[:2]
+        return link, int(flags.split()[1], 8) & os.O_ACCMODE
+
+    show = ["/bin/sh", "-c", "readlink /proc/self/fd/0; grep ^flags /proc/self/fdinfo/0; cat"]
+    drv.sp.run(1, 1, {"argv": show}, 1)
+    drv.sp.run(2, 2, {"argv": show, "stdout": "capture", "check": False}, 1)
+    drv.sp.run(3, 3, {"argv": show, "env": {"X": "1"}}, 1)
+    drv.until({1, 2, 3})
+    for key in (1, 2, 3):
+        assert stdin_of(key) == (b"/dev/null", os.O_RDONLY)
+    value = os.fsdecode(b"\xe9\xff")
+    for n, env_value in enumerate((value, "second")):
+        drv.sp.config(dict(os.environ, SHOAL_T=env_value), 1 << 20)
+        drv.sp.run(10 + n, 10 + n, {"argv": ["/usr/bin/env"]}, 1)
+        drv.sp.run(20 + n, 20 + n, {"argv": ["/bin/sh", "-c", "env"]}, 1)
+        drv.until({10 + n, 20 + n})
+        for key in (10 + n, 20 + n):
+            lines = pickle.loads(drv.reports[key][5]).stdout.split(b"\n")
+            assert b"SHOAL_T=" + os.fsencode(env_value) in lines
+
+
+def test_a_stream_of_short_commands_is_reported_in_full(drv):
+    # SIGCHLD reaches the helper's loop through a flag and an exception out of its poll:
+    # no exit may be missed, whenever it comes
+    import pickle
+
+    drv.sp.cap(2)
+    keys = set(range(1, 301))
+    for key in keys:
+        argv = ["/bin/true"] if key % 3 else ["/bin/sh", "-c", f"exit {key % 7}"]
+        drv.sp.run(key, key, {"argv": argv}, 1)
+    drv.until(keys, timeout=60)
+    for key in keys:
+        rc = 0 if key % 3 else key % 7
+        res = pickle.loads(drv.reports[key][5])
+        assert drv.reports[key][1] == rc and (res.returncode, res.stdout, res.stderr) == (rc, b"", b"")

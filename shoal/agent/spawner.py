@@ -61,6 +61,7 @@ _FD_SPACE = socket.CMSG_SPACE(4)
 REPORT_DELAY_S = 0.02     # a report waits at most this long for others (see _loop)
 REPORT_BATCH = 256
 TRIM_S = 1.0              # how often output over --max-output is cut back
+_PEEK = os.WEXITED | os.WNOHANG | os.WNOWAIT  # an exited child, left to reap
 
 _agent_fd = -1            # the agent's end, closed in every process the agent forks later
 
@@ -265,6 +266,10 @@ class _AgentGone(Exception):
     pass
 
 
+class _ChildExited(Exception):
+    """Raised by the SIGCHLD handler to end the helper's poll (see _Helper._loop)."""
+
+
 def _hangup(*_: object) -> None:
     raise _AgentGone
 
@@ -282,11 +287,11 @@ class _Helper:
         self.cap = 1 << 30
         self.base_env = dict(os.environ)
         self.out: list[tuple[Any, ...]] = []
+        self.child_flag = False  # a SIGCHLD came since the last reap
+        self.in_poll = False     # the loop is in (or about to enter) poll: see _loop
 
     def main(self) -> int:
-        keep = {self.sock.fileno()}
-        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        keep |= {wake_r, wake_w, 0, 1, 2}
+        keep = {self.sock.fileno(), 0, 1, 2}
         for name in os.listdir("/proc/self/fd"):  # what the agent had open is not ours
             fd = int(name)
             if fd not in keep:
@@ -295,6 +300,15 @@ class _Helper:
                 except OSError:
                     pass
         launcher._devnull_in = launcher._devnull_out = -1  # were the agent's, if opened
+        # Commands read /dev/null unless told otherwise: as the helper's own stdin (it never
+        # reads one) every command inherits it, without a dup2 per spawn.
+        null = os.open(os.devnull, os.O_RDONLY)
+        if null != 0:
+            os.dup2(null, 0)
+            os.close(null)
+        else:
+            os.set_inheritable(0, True)
+        launcher.stdin_at_0 = True
         try:  # a group of its own: a kill -9 of the agent's process group leaves it to clean up
             os.setpgid(0, 0)
         except OSError:
@@ -308,13 +322,12 @@ class _Helper:
             if signal.getsignal(sig) is not signal.SIG_IGN:
                 signal.signal(sig, _noop)
         signal.signal(signal.SIGHUP, _hangup)
-        signal.signal(signal.SIGCHLD, _noop)
-        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, self._child_exited)
         set_parent_death_signal(signal.SIGHUP)
         try:
             if os.getppid() == 1:
                 raise _AgentGone
-            self._loop(wake_r)
+            self._loop()
         except (_AgentGone, EOFError, BrokenPipeError, ConnectionResetError):
             pass
         finally:
@@ -322,42 +335,73 @@ class _Helper:
             self._stop_all()
         return 0
 
-    def _loop(self, wake_r: int) -> None:
+    def _child_exited(self, *_: object) -> None:
+        """SIGCHLD's handler: note it; in ``poll`` (or about to be), leave it at once."""
+        self.child_flag = True
+        if self.in_poll:
+            self.in_poll = False
+            raise _ChildExited
+
+    def _loop(self) -> None:
+        # Per command this loop wakes about once (an exit's SIGCHLD), reaps, starts the next
+        # command and maybe reports: on a 2-core node its own work is part of every short
+        # command's cost (issue 13), so a turn reads the clock once and reaps only when a
+        # SIGCHLD came. The signal reaches the loop without a wake-up pipe (a write in the
+        # handler, a read and a second poll per exit): its handler sets child_flag, and
+        # while in_poll is set it raises _ChildExited, which ends the poll (Python calls
+        # handlers when a system call returns EINTR, and between bytecodes). in_poll is set
+        # before child_flag is checked, and the handler clears it before raising, so a
+        # signal is never missed and never raised outside the try below.
         poller = select.poll()
         sock_fd = self.sock.fileno()
         poller.register(sock_fd, select.POLLIN)
-        poller.register(wake_r, select.POLLIN)
-        trim_at = time.monotonic() + TRIM_S
+        poll = poller.poll
+        monotonic = time.monotonic
+        running = self.running
+        queue = self.queue
+        now = monotonic()
+        trim_at = now + TRIM_S
         out_since = 0.0  # when the oldest report not sent yet was made
         while True:
-            due = trim_at if self.running else math.inf
             if self.out:
-                due = min(due, out_since + REPORT_DELAY_S)
-            timeout = None if due == math.inf else max(
-                0, math.ceil((due - time.monotonic()) * 1000))
-            events = poller.poll(timeout)
-            for fd, _ in events:
-                if fd == wake_r:
-                    try:
-                        os.read(wake_r, 4096)
-                    except BlockingIOError:
-                        pass
-                elif fd == sock_fd:
-                    while True:
-                        msg = _recv(self.sock)
-                        if msg is None:
-                            break
-                        self._handle(_decode(*msg))
-            self._reap()
-            self._launch()
+                due = out_since + REPORT_DELAY_S
+                if running and trim_at < due:
+                    due = trim_at
+            elif running:
+                due = trim_at
+            else:
+                due = 0.0
+            wait_ms = None
+            if due:
+                wait_ms = math.ceil((due - now) * 1000)
+                if wait_ms < 0:
+                    wait_ms = 0
+            events: list[tuple[int, int]] = []
+            try:
+                self.in_poll = True
+                events = poll(0 if self.child_flag else wait_ms)
+                self.in_poll = False
+            except _ChildExited:
+                pass
+            if events:
+                while True:
+                    msg = _recv(self.sock)
+                    if msg is None:
+                        break
+                    self._handle(_decode(*msg))
+            if self.child_flag:
+                self.child_flag = False  # first: a SIGCHLD during _reap comes back next turn
+                self._reap()
+            if queue:
+                self._launch()
+            now = monotonic()
             if self.out:
-                now = time.monotonic()
                 if not out_since:
                     out_since = now
                 # Reports wait for company (one message for several exits, as the agent's
                 # RESULTS do) while more is queued here than runs; when the queue runs low
                 # they go at once, so the agent sends more.
-                if (len(self.queue) <= len(self.running) or len(self.out) >= REPORT_BATCH
+                if (len(queue) <= len(running) or len(self.out) >= REPORT_BATCH
                         or now - out_since >= REPORT_DELAY_S):
                     out, self.out = self.out, []
                     out_since = 0.0
@@ -367,9 +411,9 @@ class _Helper:
                         os.close(fds[0])
                     else:
                         self.sock.send(data)
-            if self.running and time.monotonic() >= trim_at:
-                trim_at = time.monotonic() + TRIM_S
-                launcher.trim_captures(self.running.values())
+            if running and now >= trim_at:
+                trim_at = now + TRIM_S
+                launcher.trim_captures(running.values())
 
     def _handle(self, ops: list[tuple[Any, ...]]) -> None:
         for op in ops:
@@ -399,11 +443,18 @@ class _Helper:
 
     def _launch(self) -> None:
         queue = self.queue
+        running = self.running
+        plain = launcher._spawn_plain
+        base_env = self.base_env
         while queue and self.used + queue[0][4] <= self.cap:
             _, key, tid, spec, cores, defaults, forced, cpus, argv, mpi = queue.popleft()
             try:
-                run = launcher.spawn(tid, spec, cores, self.base_env, defaults=defaults,
-                                     forced=forced, cpus=cpus, argv=argv)
+                run = None
+                if not (defaults or forced or cpus or argv is not None):
+                    run = plain(tid, spec, cores, base_env)
+                if run is None:
+                    run = launcher.spawn(tid, spec, cores, base_env, defaults=defaults,
+                                         forced=forced, cpus=cpus, argv=argv)
             except launcher.LaunchError as exc:
                 self.out.append((key, None, 0.0, 0.0, None, str(exc), None))
                 continue
@@ -411,22 +462,25 @@ class _Helper:
                 self.out.append((key, None, 0.0, 0.0, None,
                                  f"cannot start the command: {exc.strerror or exc}", None))
                 continue
-            run.mpi = mpi
+            if mpi:
+                run.mpi = mpi
             run.key = key
             self.used += cores
-            self.running[run.pid] = run
+            running[run.pid] = run
             self.by_key[key] = run
 
     def _reap(self) -> None:
         """Collect every command that exited (SIGCHLD says some did)."""
-        while self.running:
+        running = self.running
+        waitid = os.waitid
+        while running:
             try:
-                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                info = waitid(os.P_ALL, 0, _PEEK)
             except ChildProcessError:
                 return
             if info is None or not info.si_pid:
                 return
-            run = self.running.get(info.si_pid)
+            run = running.get(info.si_pid)
             if run is None:  # not a command of ours (cannot happen): collect it anyway
                 try:
                     os.waitpid(info.si_pid, os.WNOHANG)
@@ -439,16 +493,16 @@ class _Helper:
 
     def _exited(self, run: launcher.Running) -> None:
         ended = time.monotonic()
+        key = run.key
         del self.running[run.pid]
-        del self.by_key[run.key]
+        del self.by_key[key]
         self.used -= run.cores
-        why = self.why.pop(run.key, None)
-        if why is not None:
+        if self.why and self.why.pop(key, None) is not None:
             launcher.release(run)
-            self.out.append((run.key, run.status, run.started, ended, None, None, None))
+            self.out.append((key, run.status, run.started, ended, None, None, None))
             return
-        status, payload, info = launcher.outcome(run)
-        self.out.append((run.key, run.status, run.started, ended, status, payload, info))
+        status, payload, info = launcher.outcome(run, ended)
+        self.out.append((key, run.status, run.started, ended, status, payload, info))
 
     def _stop_all(self) -> None:
         """The agent is gone or closing: stop every command and reap it."""
@@ -484,4 +538,4 @@ def _has_exited(pid: int) -> bool:
 
 
 def _noop(*_: object) -> None:
-    """SIGCHLD's handler (its wake-up byte is what counts), and the others' in the helper."""
+    """The handler of SIGINT, SIGTERM, SIGUSR1 and SIGQUIT in the helper (see main)."""
