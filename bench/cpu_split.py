@@ -26,6 +26,7 @@ Standard library only.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import resource
 import statistics
@@ -36,6 +37,7 @@ import time
 
 TCK = os.sysconf("SC_CLK_TCK")
 NEUTRAL = tempfile.mkdtemp(prefix="cpu-split-")
+atexit.register(os.rmdir, NEUTRAL)  # the commands run there and write nothing in it
 
 
 def _table() -> dict[int, tuple[int, float]]:

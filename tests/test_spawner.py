@@ -12,6 +12,7 @@ import os
 import select
 import signal
 import sys
+import tempfile
 import time
 
 import cloudpickle
@@ -162,9 +163,15 @@ def test_the_helper_stops_its_commands_when_the_agent_end_closes(tmp_path):
     assert _wait_gone([child, d.sp.pid], 1.0) == []
 
 
+def _agent_dirs() -> set[str]:
+    tmp = tempfile.gettempdir()
+    return {os.path.join(tmp, n) for n in os.listdir(tmp) if n.startswith("shoal-agent-")}
+
+
 @pytest.mark.parametrize("whole_group", [False, True])
 def test_kill_9_of_the_agent_leaves_no_command_behind(tmp_path, whole_group):
     fg, bg = tmp_path / "fg", tmp_path / "bg"
+    before = _agent_dirs()
     with Executor(workers=1) as ex:
         f = ex.submit(Command(f"echo $$ > {fg}; sleep 60 & echo $! > {bg}; wait"))
         leader, child = _read_pid(fg), _read_pid(bg)
@@ -176,6 +183,8 @@ def test_kill_9_of_the_agent_leaves_no_command_behind(tmp_path, whole_group):
         else:
             os.kill(agent, signal.SIGKILL)
         assert _wait_gone([leader, child, *helpers]) == [], "left behind by kill -9 of the agent"
+        # nor its temporary directory (the workers' socket): the helper removes it
+        assert not (_agent_dirs() - before), "the agent's directory is left in /tmp"
         f.cancel()
 
 

@@ -63,6 +63,7 @@ class Commands:
     cmd_mean: float
     cmd_deep: int
     slots: int
+    tmpdir: str  # the agent's temporary directory: its helper removes it if the agent dies
     trace: bool
     base_env: dict[str, str]
     kill_grace: float
@@ -105,7 +106,7 @@ class Commands:
 
     def _start_spawner(self) -> int:
         """Fork the spawn helper (few descriptors open yet); the descriptor to poll."""
-        self.spawner = Spawner()
+        self.spawner = Spawner(self.tmpdir)
         self.spawner.config(self.base_env, limits.max_output)
         return self.spawner.fileno()
 

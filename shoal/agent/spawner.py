@@ -33,7 +33,8 @@ Nothing is left behind when the agent dies, even by SIGKILL of its whole process
 (the helper has a group of its own): the helper sees the socket's end-of-file (and, as a
 second signal, SIGHUP by PR_SET_PDEATHSIG), kills every command's process group -- an MPI
 launcher gets SIGTERM and ``MPI_KILL_GRACE`` seconds first, so it can stop its remote
-ranks -- reaps them and exits. Processes the agent forks later (its workers) close their
+ranks -- reaps them, removes the agent's temporary directory (its workers' socket) and
+exits. Processes the agent forks later (its workers) close their
 copy of the agent's end at fork, so they cannot keep it open.
 """
 
@@ -126,7 +127,9 @@ class Spawner:
     """The agent's end of the spawn helper (module docstring): queue requests, ``flush``
     them at the end of a turn, ``receive`` what finished."""
 
-    def __init__(self) -> None:
+    def __init__(self, agent_dir: str | None = None) -> None:
+        """``agent_dir``: the agent's own temporary directory, which the helper removes
+        when the agent is gone (a SIGKILLed agent cannot)."""
         global _agent_fd
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         for s in (mine, theirs):
@@ -142,7 +145,7 @@ class Spawner:
             code = 1
             try:
                 mine.detach()
-                code = _Helper(theirs).main()
+                code = _Helper(theirs, agent_dir).main()
             finally:
                 os._exit(code)
         theirs.close()
@@ -270,15 +273,12 @@ class _ChildExited(Exception):
     """Raised by the SIGCHLD handler to end the helper's poll (see _Helper._loop)."""
 
 
-def _hangup(*_: object) -> None:
-    raise _AgentGone
-
-
 class _Helper:
     """The helper process's loop (module docstring)."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, agent_dir: str | None = None) -> None:
         self.sock = sock
+        self.agent_dir = agent_dir
         self.queue: deque[tuple[Any, ...]] = deque()
         self.running: dict[int, launcher.Running] = {}   # pid -> command
         self.by_key: dict[int, launcher.Running] = {}
@@ -321,7 +321,7 @@ class _Helper:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGQUIT):
             if signal.getsignal(sig) is not signal.SIG_IGN:
                 signal.signal(sig, _noop)
-        signal.signal(signal.SIGHUP, _hangup)
+        signal.signal(signal.SIGHUP, self._hangup)
         signal.signal(signal.SIGCHLD, self._child_exited)
         set_parent_death_signal(signal.SIGHUP)
         try:
@@ -329,11 +329,30 @@ class _Helper:
                 raise _AgentGone
             self._loop()
         except (_AgentGone, EOFError, BrokenPipeError, ConnectionResetError):
-            pass
+            agent_gone = True
+        else:
+            agent_gone = False
         finally:
+            # From here on no handler raises: _stop_all reaps by polling, and a SIGCHLD's
+            # _ChildExited would cut it short (and leave its commands and the directory)
+            self.in_poll = False
             signal.signal(signal.SIGHUP, _noop)
+            signal.signal(signal.SIGCHLD, _noop)
             self._stop_all()
+        if agent_gone and self.agent_dir:
+            # The agent is gone or closing: its workers' socket directory goes too, which a
+            # kill -9 of the agent would leave behind in /tmp (a batch system's end of a job
+            # step, every time). Not when the helper itself failed: the agent still uses it.
+            import shutil
+
+            shutil.rmtree(self.agent_dir, ignore_errors=True)
         return 0
+
+    def _hangup(self, *_: object) -> None:
+        """SIGHUP's handler (the parent-death signal): the agent is gone. It may come in
+        ``poll``: in_poll is cleared first, so a SIGCHLD while this unwinds raises nothing."""
+        self.in_poll = False
+        raise _AgentGone
 
     def _child_exited(self, *_: object) -> None:
         """SIGCHLD's handler: note it; in ``poll`` (or about to be), leave it at once."""

@@ -52,7 +52,7 @@ def test_killed_run_resumes_from_its_journal(make_cluster, tracker, tmp_path):
     running_at_kill = started_before - set(ended_before)
     assert ended_before and len(ended_before) < N, "the kill came too late to test a resume"
     assert not tracker.leftovers(wait=5), "a killed run left processes behind"
-    for d in rundirs:  # what the killed local head could not remove
+    for d in rundirs:  # what the killed local head and agent could not remove
         shutil.rmtree(d, ignore_errors=True)
     assert os.path.exists(journal), "no journal file"
 
@@ -79,13 +79,36 @@ def test_killed_run_resumes_from_its_journal(make_cluster, tracker, tmp_path):
 
 
 def _rundirs(pids) -> set[str]:
+    """The directories of a run that a kill -9 of all of it leaves behind: the local
+    runtime's (named on the head's and agent's command lines) and the agent's own, which
+    holds its workers' socket (found by that socket's inode); with every process killed,
+    its spawn helper cannot remove it."""
     out = set()
+    inodes = set()
     for pid in pids:
         argv = cmdline(pid).split()
         if "--connection" in argv and argv.index("--connection") + 1 < len(argv):
             path = argv[argv.index("--connection") + 1]
             if os.path.basename(os.path.dirname(path)).startswith("shoal-run-"):
                 out.add(os.path.dirname(path))
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    with open("/proc/net/unix") as fh:
+        for line in fh.readlines()[1:]:
+            fields = line.split()
+            if len(fields) >= 8 and fields[6] in inodes:
+                d = os.path.dirname(fields[7])
+                if os.path.basename(d).startswith("shoal-agent-"):
+                    out.add(d)
     return out
 
 
