@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.failures.harness import freeze_tree
+from tests.failures.harness import agent_dirs, freeze_tree
 from tests.script.script_helpers import run_bash, snapshot
 from tests.test_serve_common import needs_aiohttp, needs_sandbox, serve  # noqa: F401
 
@@ -137,7 +137,8 @@ def test_kill_9_of_the_service_then_the_job_resumes(serve, tmp_path: Path) -> No
     from shoal.service.sandbox_host import host
 
     assert groups or not (host().v2 or host().v1)
-    rundirs = _run_dirs(procs)  # its runtime's: a head killed with it cannot remove its own
+    # its runtime's and its agent's: a head or an agent killed with it cannot remove its own
+    rundirs = _run_dirs(procs) | agent_dirs(procs)
     os.kill(pid, signal.SIGKILL)  # the service process only: its sandboxes must die with it
     srv.proc.wait()
     deadline = time.monotonic() + 10
@@ -274,7 +275,8 @@ def test_a_chain_cut_midway_skips_its_finished_commands(tmp_path: Path) -> None:
         time.sleep(0.05)
     procs = _freeze(p.pid)  # the runner too: it must start nothing more
     assert not (st_dir / "2").exists() and not (work / "b.txt").exists()
-    rundirs = _run_dirs(procs)  # its runtime's: a head killed with it cannot remove its own
+    # its runtime's and its agent's: a head or an agent killed with it cannot remove its own
+    rundirs = _run_dirs(procs) | agent_dirs(procs)
     for pid in procs:
         os.kill(pid, signal.SIGKILL)
     p.wait()

@@ -240,6 +240,35 @@ def _vfork_parent_of_frozen(pid: int, frozen: set[int]) -> bool:
     return False
 
 
+def agent_dirs(pids: Iterable[int]) -> set[str]:
+    """The temporary directories (``/tmp/shoal-agent-*``, the workers' socket) of the
+    agents among ``pids``, found by that socket's inode: what a kill -9 of every process
+    of a run leaves behind, the spawn helper that would remove them killed too. Call it
+    while they still run (frozen is fine)."""
+    inodes = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    out = set()
+    with open("/proc/net/unix") as fh:
+        for line in fh.readlines()[1:]:
+            fields = line.split()
+            if len(fields) >= 8 and fields[6] in inodes:
+                d = os.path.dirname(fields[7])
+                if os.path.basename(d).startswith("shoal-agent-"):
+                    out.add(d)
+    return out
+
+
 def kill_tree(root: int) -> list[int]:
     """kill -9 of ``root`` and everything under it as one crash (frozen first: none sees
     another die, none starts a process that escapes); returns the PIDs killed."""

@@ -12,7 +12,7 @@ import os
 import shutil
 import time
 
-from .harness import PY, Ledger, cmdline, freeze_and_kill, freeze_tree, wait_for
+from .harness import PY, Ledger, agent_dirs, cmdline, freeze_and_kill, freeze_tree, wait_for
 
 JOURNAL_LAG = 1.0   # seconds of completions a hard kill may lose from the journal
 N = 40
@@ -79,36 +79,15 @@ def test_killed_run_resumes_from_its_journal(make_cluster, tracker, tmp_path):
 
 
 def _rundirs(pids) -> set[str]:
-    """The directories of a run that a kill -9 of all of it leaves behind: the local
-    runtime's (named on the head's and agent's command lines) and the agent's own, which
-    holds its workers' socket (found by that socket's inode); with every process killed,
-    its spawn helper cannot remove it."""
-    out = set()
-    inodes = set()
+    """What a kill -9 of all of a run leaves behind: the local runtime's directory (named
+    on the head's and agent's command lines) and the agent's own (harness.agent_dirs)."""
+    out = agent_dirs(pids)
     for pid in pids:
         argv = cmdline(pid).split()
         if "--connection" in argv and argv.index("--connection") + 1 < len(argv):
             path = argv[argv.index("--connection") + 1]
             if os.path.basename(os.path.dirname(path)).startswith("shoal-run-"):
                 out.add(os.path.dirname(path))
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-    with open("/proc/net/unix") as fh:
-        for line in fh.readlines()[1:]:
-            fields = line.split()
-            if len(fields) >= 8 and fields[6] in inodes:
-                d = os.path.dirname(fields[7])
-                if os.path.basename(d).startswith("shoal-agent-"):
-                    out.add(d)
     return out
 
 
