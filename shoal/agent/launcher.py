@@ -145,7 +145,7 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], 
     try:
         stdin = get("stdin")
         if stdin is None:
-            stdin_fd = _devnull_in if _devnull_in >= 0 else _stdin_devnull()
+            stdin_fd = _stdin_devnull()
         else:
             stdin_fd = os.open(_target(stdin, tid, is_stdin=True), os.O_RDONLY | os.O_CLOEXEC)
             opened.append(stdin_fd)
@@ -179,15 +179,7 @@ def spawn(tid: int, spec: dict[str, Any], cores: int, base_env: dict[str, str], 
             )
             pid = popen.pid
         else:
-            prog = argv[0]
-            if "/" not in prog:  # search PATH once per program, not in every child (execvp)
-                prog = _resolve(prog, env.get("PATH", os.defpath))
-            if cpus:
-                pid = bound_spawn(cpus, os.posix_spawn, prog, argv, env, file_actions=actions,
-                                  setsid=True, setsigdef=DEFAULT_SIGNALS)
-            else:
-                pid = _posix_spawn(prog, argv, env, file_actions=actions, setsid=True,
-                                   setsigdef=DEFAULT_SIGNALS)
+            pid = _posix_start(argv, env, actions, cpus)
     except OSError as exc:
         for fd in captures.values():
             os.close(fd)
@@ -227,15 +219,9 @@ def _spawn_plain(tid: int, spec: dict[str, Any], cores: int,
     if not argv:
         raise LaunchError("empty command")
     captures: dict[str, int] = {}
-    try:
-        if out_mode == DEVNULL:
-            out_fd = _devnull_out if _devnull_out >= 0 else _out_devnull()
-        else:
-            out_fd = captures["stdout"] = _memfd_create("shoal-stdout", os.MFD_CLOEXEC)
-        if err_mode == DEVNULL:
-            err_fd = _devnull_out if _devnull_out >= 0 else _out_devnull()
-        else:
-            err_fd = captures["stderr"] = _memfd_create("shoal-stderr", os.MFD_CLOEXEC)
+    try:  # (neither mode opens a file: nothing goes in _stream_fd's "opened")
+        out_fd = _stream_fd(out_mode, "stdout", tid, captures, [])
+        err_fd = _stream_fd(err_mode, "stderr", tid, captures, [])
     except OSError as exc:
         for fd in captures.values():
             os.close(fd)
@@ -243,24 +229,34 @@ def _spawn_plain(tid: int, spec: dict[str, Any], cores: int,
     if stdin_at_0:  # the child inherits it: one dup2 (and glibc's getrlimit check) less
         actions = [(_DUP2, out_fd, 1), (_DUP2, err_fd, 2)]
     else:
-        stdin_fd = _devnull_in if _devnull_in >= 0 else _stdin_devnull()
-        actions = [(_DUP2, stdin_fd, 0), (_DUP2, out_fd, 1), (_DUP2, err_fd, 2)]
+        actions = [(_DUP2, _stdin_devnull(), 0), (_DUP2, out_fd, 1), (_DUP2, err_fd, 2)]
     direct = direct_argv(argv)
     if direct is not None:  # one simple command: no shell in between (see spawnline)
         pid = _spawn_direct(direct, base_env, actions, None)
         if pid is not None:
             return Running(tid, pid, -1, spec, cores, _monotonic(), captures)
     try:
-        prog = argv[0]
-        if "/" not in prog:  # search PATH once per program, not in every child (execvp)
-            prog = _resolve(prog, base_env.get("PATH", os.defpath))
-        pid = _posix_spawn(prog, argv, base_env, file_actions=actions, setsid=True,
-                           setsigdef=DEFAULT_SIGNALS)
+        pid = _posix_start(argv, base_env, actions, None)
     except OSError as exc:
         for fd in captures.values():
             os.close(fd)
         raise _start_error(exc, argv, base_env, None) from None
     return Running(tid, pid, -1, spec, cores, _monotonic(), captures)
+
+
+def _posix_start(argv: list[str], env: dict[str, str], actions: list[tuple[Any, ...]],
+                 cpus: list[int] | None) -> int:
+    """``posix_spawn`` of ``argv`` in a session of its own, bound to ``cpus`` if given;
+    the program is looked up on PATH here, once per program (_resolve), not by execvp in
+    every child."""
+    prog = argv[0]
+    if "/" not in prog:
+        prog = _resolve(prog, env.get("PATH", os.defpath))
+    if cpus:
+        return bound_spawn(cpus, os.posix_spawn, prog, argv, env, file_actions=actions,
+                           setsid=True, setsigdef=DEFAULT_SIGNALS)
+    return _posix_spawn(prog, argv, env, file_actions=actions, setsid=True,
+                        setsigdef=DEFAULT_SIGNALS)
 
 
 def _start_error(exc: OSError, argv: list[str], env: dict[str, str],
@@ -285,7 +281,7 @@ def _stream_fd(mode: str | None, name: str, tid: int, captures: dict[str, int],
         fd = captures[name] = _memfd_create(_MEMFD_NAMES[name], os.MFD_CLOEXEC)
         return fd
     if mode == DEVNULL:
-        return _devnull_out if _devnull_out >= 0 else _out_devnull()
+        return _out_devnull()
     if mode == INHERIT:
         return -1
     fd = os.open(_target(mode, tid), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
@@ -310,12 +306,7 @@ def _spawn_direct(argv: list[str], env: dict[str, str], actions: list[tuple[Any,
         _direct_env = (env, fixed)
         env = fixed
     try:
-        prog = argv[0] if "/" in argv[0] else _resolve(argv[0], env.get("PATH", os.defpath))
-        if cpus:
-            return bound_spawn(cpus, os.posix_spawn, prog, argv, env, file_actions=actions,
-                               setsid=True, setsigdef=DEFAULT_SIGNALS)
-        return _posix_spawn(prog, argv, env, file_actions=actions, setsid=True,
-                            setsigdef=DEFAULT_SIGNALS)
+        return _posix_start(argv, env, actions, cpus)
     except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError):
         return None
     except OSError as exc:

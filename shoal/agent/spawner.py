@@ -463,17 +463,12 @@ class _Helper:
     def _launch(self) -> None:
         queue = self.queue
         running = self.running
-        plain = launcher._spawn_plain
         base_env = self.base_env
         while queue and self.used + queue[0][4] <= self.cap:
             _, key, tid, spec, cores, defaults, forced, cpus, argv, mpi = queue.popleft()
             try:
-                run = None
-                if not (defaults or forced or cpus or argv is not None):
-                    run = plain(tid, spec, cores, base_env)
-                if run is None:
-                    run = launcher.spawn(tid, spec, cores, base_env, defaults=defaults,
-                                         forced=forced, cpus=cpus, argv=argv)
+                run = launcher.spawn(tid, spec, cores, base_env, defaults=defaults,
+                                     forced=forced, cpus=cpus, argv=argv)
             except launcher.LaunchError as exc:
                 self.out.append((key, None, 0.0, 0.0, None, str(exc), None))
                 continue
