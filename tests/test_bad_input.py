@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shlex
 import subprocess
 
@@ -201,3 +202,28 @@ def test_sizes():
     for bad in ("", "-1", "12 parsecs", "1e9"):
         with pytest.raises(ValueError, match="is not a size"):
             limits.parse_size(bad)
+
+
+def test_shoal_run_counts_silent_and_talking_lines_alike(tmp_path):
+    # Silent lines are counted on the executor's I/O thread, lines with output by the main
+    # thread (shoal.cli.run): the summary and the exit status add both up, and every
+    # output is written whole, a command's stdout before its stderr
+    lines = []
+    for i in range(300):
+        lines.append(["true", "exit 3", f"echo out{i}", f"echo err{i} >&2",
+                      f"echo both{i}; echo late{i} >&2; exit 2", "kill -9 $$"][i % 6])
+    tasks = tmp_path / "t.txt"
+    tasks.write_text("\n".join(lines) + "\n")
+    r = shoal(["run", "-j", "2", "--no-progress", str(tasks)], timeout=120,
+              env={"COLUMNS": "300"})
+    out, err = r.stdout.decode(), r.stderr.decode()
+    assert r.returncode == 1
+    assert sorted(out.split()) == sorted([f"out{i}" for i in range(2, 300, 6)]
+                                         + [f"both{i}" for i in range(4, 300, 6)])
+    for i in range(3, 300, 6):
+        assert f"err{i}\n" in err
+    for i in range(4, 300, 6):
+        assert f"late{i}\n" in err
+    # 300 tasks: 150 succeeded (true, echo, echo >&2), 150 failed (exit 3, exit 2, kill)
+    assert re.search(r"│\s+300\s+│\s+150\s+│\s+150\s+│\s+0\s+│", err), err[-3000:]
+    assert "exit status -9" in err and "exit status 3" in err and "exit status 2" in err
