@@ -199,12 +199,13 @@ ex.shutdown()
 """
 
 
-def _start_client(tmp_path, *args: str) -> tuple[subprocess.Popen[str], list[str]]:
+def _start_client(tmp_path, *args: str, env: dict[str, str] | None = None,
+                  ) -> tuple[subprocess.Popen[str], list[str]]:
     prog = tmp_path / "c.py"  # a short command line: the runtime's must not be cut to it
     prog.write_text(_CLIENT)
     p = subprocess.Popen([PY, "c.py", *args], cwd=tmp_path, text=True, stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         env={**os.environ, "PYTHONPATH": ROOT})
+                         env={**os.environ, "PYTHONPATH": ROOT, **(env or {})})
     first = p.stdout.readline().split()  # type: ignore[union-attr]
     second = p.stdout.readline().split()  # type: ignore[union-attr]
     return p, first + second
@@ -216,8 +217,13 @@ def _finish(p: subprocess.Popen[str]) -> str:
     return out
 
 
-def test_a_single_threaded_client_forks_a_clean_starter(tmp_path):
-    p, words = _start_client(tmp_path)
+# set_cmdline and the parent-death signal: the compiled calls (shoal/_proc.c) and ctypes
+CPROC = [pytest.param({}, id="compiled"), pytest.param({"SHOAL_NO_CPROC": "1"}, id="ctypes")]
+
+
+@pytest.mark.parametrize("env", CPROC)
+def test_a_single_threaded_client_forks_a_clean_starter(tmp_path, env):
+    p, words = _start_client(tmp_path, env=env)
     try:
         assert words[:2] == ["unflushed", "_Forked"], words
         starter, head, agent = (int(w) for w in words[2:5])
@@ -267,3 +273,24 @@ def test_the_batch_variables_runtime_checks_are_those_discover_reads():
     from shoal.launch import allocation, runtime
 
     assert runtime._BATCH_VARS == allocation.BATCH_VARS == resources._BATCH_VARS
+
+
+@pytest.mark.parametrize("env", CPROC)
+def test_a_process_with_a_parent_death_signal_dies_with_its_parent(env):
+    # shoal._sys.set_parent_death_signal, as the starter, head, agent and workers call it
+    code = ("import os, sys, time\nfrom shoal._sys import set_parent_death_signal\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    set_parent_death_signal(9)\n"
+            "    print(os.getpid(), flush=True)\n"
+            "    time.sleep(60)\n"
+            "    os._exit(0)\n"
+            "time.sleep(0.5)\n")  # the parent exits; the child is killed, not orphaned
+    p = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": ROOT, **env})
+    child = int(p.stdout.readline())  # type: ignore[union-attr]
+    p.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while not _gone(child) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _gone(child)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 
 def _preload() -> None:
@@ -46,7 +45,7 @@ def _preload() -> None:
     import msgpack  # noqa: F401
     import zmq  # noqa: F401
 
-    import shoal._sys  # noqa: F401 - its parent-death signal loads ctypes in both
+    import shoal._sys  # noqa: F401 - the parent-death signal of both (and set_cmdline)
     import shoal.transport.connfile  # noqa: F401
     import shoal.transport.protocol  # noqa: F401
     import shoal.transport.session  # noqa: F401
@@ -62,46 +61,24 @@ def set_cmdline(words: list[str]) -> None:
     environment strings, which follow, after the C library's environment is copied out of
     the way: the kernel then shows them as one string, words apart by spaces (its rule for
     a command line whose last byte is no longer NUL). Cut to what fits otherwise."""
-    try:
-        import ctypes
+    from shoal._sys import move_environ, write_memory
 
+    try:
         with open("/proc/self/stat", "rb") as fh:
             fields = fh.read().rsplit(b")", 1)[1].split()
         # arg_start, arg_end, env_start, env_end (proc(5))
         start, end, env_start, env_end = (int(f) for f in fields[45:49])
         data = b"\0".join(os.fsencode(w) for w in words) + b"\0"
         if len(data) > end - start and env_start == end and len(data) < env_end - start \
-                and _move_environ(ctypes, env_start, env_end):
+                and move_environ(env_start, env_end):
             data = data[:-1].replace(b"\0", b" ") + b"\0"
-            ctypes.memmove(start, data + b"\0" * (env_end - start - len(data)),
-                           env_end - start)
+            write_memory(start, data + b"\0" * (env_end - start - len(data)))
             return
         data = data[: end - start - 1]
         data += b"\0" * (end - start - len(data))
-        ctypes.memmove(start, data, len(data))
+        write_memory(start, data)
     except (OSError, ValueError, IndexError):
         pass  # no /proc, an old kernel: the starter's command line shows
-
-
-def _move_environ(ctypes: Any, env_start: int, env_end: int) -> bool:
-    """Copy every C ``environ`` string that lies in [env_start, env_end) elsewhere (once a
-    process: copies stay for its life, and its forks'), so that area may be overwritten.
-    Python's ``os.environ`` is its own copy already; this keeps getenv(3) and exec right."""
-    try:
-        environ = ctypes.c_void_p.in_dll(ctypes.CDLL(None), "environ").value
-    except (OSError, ValueError):
-        return False
-    if not environ:
-        return True
-    slots = ctypes.cast(environ, ctypes.POINTER(ctypes.c_void_p))
-    i = 0
-    while slots[i]:
-        if env_start <= slots[i] < env_end:
-            copy = ctypes.create_string_buffer(ctypes.string_at(slots[i]))
-            _KEEP.append(copy)
-            slots[i] = ctypes.addressof(copy)
-        i += 1
-    return True
 
 
 def _child(role: str, argv: list[str], connection: object, status_fd: int) -> None:
