@@ -309,6 +309,7 @@ class _Helper:
         else:
             os.set_inheritable(0, True)
         launcher.stdin_at_0 = True
+        launcher.use_compiled()  # (SHOAL_NO_CSPAWN as this process sees it)
         try:  # a group of its own: a kill -9 of the agent's process group leaves it to clean up
             os.setpgid(0, 0)
         except OSError:
@@ -486,6 +487,16 @@ class _Helper:
     def _reap(self) -> None:
         """Collect every command that exited (SIGCHLD says some did)."""
         running = self.running
+        c = launcher._c
+        if c is not None:  # the same steps as below, in C (launcher.reap's killpg first)
+            for pid, status in c.reap():
+                run = running.get(pid)
+                if run is not None:  # (else not a command of ours: collected all the same)
+                    run.status = status
+                    if run.popen is not None:
+                        run.popen.returncode = status
+                    self._exited(run)
+            return
         waitid = os.waitid
         while running:
             try:
