@@ -65,6 +65,7 @@ done:
 }
 
 static PyObject *Env_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    (void)kwds;
     PyObject *mapping, *items = NULL, *encoded = NULL;
     if (!PyArg_ParseTuple(args, "O!:Env", &PyDict_Type, &mapping))
         return NULL;
@@ -266,6 +267,7 @@ PyDoc_STRVAR(spawn_doc,
 "the program cannot be started: the memfds are closed then.");
 
 static PyObject *spawnc_spawn(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    (void)mod;
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError, "spawn() takes 6 arguments");
         return NULL;
@@ -355,6 +357,8 @@ PyDoc_STRVAR(reap_doc,
 "is still its own). ``exitcode`` as os.waitstatus_to_exitcode gives it.");
 
 static PyObject *spawnc_reap(PyObject *mod, PyObject *unused) {
+    (void)mod;
+    (void)unused;
     PyObject *out = PyList_New(0);
     if (out == NULL)
         return NULL;
