@@ -225,3 +225,26 @@ def test_env_checks_as_posix_spawn_does():
     with pytest.raises(TypeError):
         Env([("A", "1")])
     Env({})
+
+
+def test_the_snapshot_of_signals_lists_the_caught_ones_and_pipe_and_xfsz():
+    if launcher._spawnc is None:
+        pytest.skip("shoal.agent._spawnc is not built")
+    c = launcher._spawnc
+    caught = signal.signal(signal.SIGUSR1, lambda *_: None)
+    ignored = signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    try:
+        listed = set(c.snapshot_signals())
+        assert {signal.SIGUSR1, signal.SIGPIPE, signal.SIGXFSZ} <= listed
+        assert signal.SIGUSR2 not in listed and signal.SIGKILL not in listed
+        # with the snapshot, a command starts as it does without one
+        res = _result({"argv": ["/bin/grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"]})
+        fields = dict(line.split(b":\t") for line in res.stdout.splitlines())
+        ign = int(fields[b"SigIgn"], 16)
+        assert int(fields[b"SigBlk"], 16) == 0
+        assert not ign & (1 << (signal.SIGUSR1 - 1)) and not ign & (1 << (signal.SIGPIPE - 1))
+        assert ign & (1 << (signal.SIGUSR2 - 1))
+    finally:
+        assert c.snapshot_signals(False) == []  # each child reads them all again
+        signal.signal(signal.SIGUSR1, caught)
+        signal.signal(signal.SIGUSR2, ignored)

@@ -326,6 +326,7 @@ class _Helper:
         signal.signal(signal.SIGHUP, self._hangup)
         signal.signal(signal.SIGCHLD, self._child_exited)
         set_parent_death_signal(signal.SIGHUP)
+        launcher.snapshot_signals()  # (the handlers above: the ones each command resets)
         try:
             if os.getppid() == 1:
                 raise _AgentGone
