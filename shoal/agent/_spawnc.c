@@ -23,6 +23,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
@@ -264,6 +265,19 @@ static int make_stack(void) {
     return 0;
 }
 
+/* A Python int as a C int (_PyLong_AsInt is private, and gone in Python 3.13). */
+static int as_int(PyObject *obj, int *out) {
+    long v = PyLong_AsLong(obj);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < INT_MIN || v > INT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "descriptor out of range");
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
 /* The stream argument: -1 a new memfd (returned), -2 inherited, else a descriptor. */
 static int stream_fd(int mode, const char *name, int *made) {
     *made = -1;
@@ -294,10 +308,9 @@ static PyObject *spawnc_spawn(PyObject *mod, PyObject *const *args, Py_ssize_t n
         PyErr_SetString(PyExc_TypeError, "env must be an Env");
         return NULL;
     }
-    int out_mode = _PyLong_AsInt(args[3]);
-    int err_mode = _PyLong_AsInt(args[4]);
-    int in_fd = _PyLong_AsInt(args[5]);
-    if ((out_mode == -1 || err_mode == -1 || in_fd == -1) && PyErr_Occurred())
+    int out_mode, err_mode, in_fd;
+    if (as_int(args[3], &out_mode) < 0 || as_int(args[4], &err_mode) < 0
+            || as_int(args[5], &in_fd) < 0)
         return NULL;
     PyObject *path = NULL;
     if (!PyUnicode_FSConverter(path_obj, &path))
@@ -332,6 +345,8 @@ static PyObject *spawnc_spawn(PyObject *mod, PyObject *const *args, Py_ssize_t n
     }
     ca.error = 0;
 
+    /* The GIL stays held through the clone and the vfork wait: the one stack is shared by
+     * every spawn of this process, so two threads must not spawn at once. */
     unsigned char all[KSIGSET_SIZE], old[KSIGSET_SIZE];
     memset(all, 0xff, sizeof all);
     ca.mask = old;

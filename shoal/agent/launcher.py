@@ -16,6 +16,12 @@ W2 1,642-2,185/s with files against 2,126-2,278/s with memfds, alternating runs.
 Each captured stream is capped (``--max-output``, see shoal.agent.limits): a memfd is cut
 back to the cap about once a second while its command runs, and only the cap is read
 when it exits, with a line saying how much there was.
+
+Where it was built (setup.py; ``SHOAL_NO_CSPAWN=1`` turns it off), the compiled module
+``shoal.agent._spawnc`` starts the common command (``_spawn_plain``'s) and reaps for the
+spawn helper: the same clone-and-exec as glibc's posix_spawn without its per-spawn stack
+mapping, the environment converted once per configuration (see _spawnc.c). Every other
+command, and every process without the module, goes the Python way below.
 """
 
 from __future__ import annotations
