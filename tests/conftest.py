@@ -114,3 +114,22 @@ def stop_procs(procs: list, sig: int = signal.SIGTERM, timeout: float = 10.0) ->
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+@pytest.fixture(params=["compiled", "python"])
+def spawn_path(request, monkeypatch):
+    """Run a test with the spawn helper's compiled per-command path (shoal.agent._spawnc)
+    and with its pure-Python fallback (SHOAL_NO_CSPAWN=1): in this process and in every
+    spawn helper started from it (the helper reads the variable when it starts)."""
+    from shoal.agent import launcher
+
+    if request.param == "compiled":
+        if launcher._spawnc is None:
+            pytest.skip("shoal.agent._spawnc is not built")
+        monkeypatch.delenv("SHOAL_NO_CSPAWN", raising=False)
+    else:
+        monkeypatch.setenv("SHOAL_NO_CSPAWN", "1")
+    launcher.use_compiled()
+    yield request.param
+    monkeypatch.undo()
+    launcher.use_compiled()

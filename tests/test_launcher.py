@@ -20,6 +20,9 @@ SHOWN = [["/bin/true"], "sleep 1", ["printf", "%s\\n", "a b"], ["a", "a"], [], (
 STREAMS = [(b"", b""), (None, None), (b"", None), (None, b""), (b"out\n", b""), (b"", b"err")]
 DURATIONS = [0.0, 1e-9, 0.000512, 1.5, 123456.789, -0.0, math.inf, 7e-310]
 
+# every test with the compiled spawn path and with the Python one (conftest.spawn_path)
+pytestmark = pytest.mark.usefixtures("spawn_path")
+
 
 @pytest.mark.parametrize("shown", SHOWN)
 @pytest.mark.parametrize("streams", STREAMS)

@@ -24,6 +24,9 @@ from shoal.agent.spawner import MAX_MSG, Spawner, wait_child
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers need not import tests
 
+# every test with the compiled spawn path and with the Python one (conftest.spawn_path)
+pytestmark = pytest.mark.usefixtures("spawn_path")
+
 
 def _alive(pid: int) -> bool:
     try:

@@ -16,6 +16,12 @@ W2 1,642-2,185/s with files against 2,126-2,278/s with memfds, alternating runs.
 Each captured stream is capped (``--max-output``, see shoal.agent.limits): a memfd is cut
 back to the cap about once a second while its command runs, and only the cap is read
 when it exits, with a line saying how much there was.
+
+Where it was built (setup.py; ``SHOAL_NO_CSPAWN=1`` turns it off), the compiled module
+``shoal.agent._spawnc`` starts the common command (``_spawn_plain``'s) and reaps for the
+spawn helper: the same clone-and-exec as glibc's posix_spawn without its per-spawn stack
+mapping, the environment converted once per configuration (see _spawnc.c). Every other
+command, and every process without the module, goes the Python way below.
 """
 
 from __future__ import annotations
@@ -38,6 +44,11 @@ from shoal.agent.spawnline import direct_argv, shell_pwd
 from shoal.task.command import CAPTURE, DEVNULL, INHERIT, CommandError, CommandResult
 from shoal.task.errors import exception_payload
 from shoal.transport import protocol as P
+
+try:  # the compiled per-command path (optional: built where a C compiler was)
+    from shoal.agent import _spawnc
+except ImportError:  # pragma: no cover - depends on the build
+    _spawnc = None
 
 _DEVNULL_PATH = os.devnull
 # Python ignores SIGPIPE and SIGXFSZ; a command must not inherit that (`yes | head -1`
@@ -218,6 +229,8 @@ def _spawn_plain(tid: int, spec: dict[str, Any], cores: int,
     argv = spec["argv"]
     if not argv:
         raise LaunchError("empty command")
+    if _c is not None:
+        return _spawn_plain_c(_c, tid, spec, cores, base_env, argv, out_mode, err_mode)
     captures: dict[str, int] = {}
     try:  # (neither mode opens a file: nothing goes in _stream_fd's "opened")
         out_fd = _stream_fd(out_mode, "stdout", tid, captures, [])
@@ -242,6 +255,80 @@ def _spawn_plain(tid: int, spec: dict[str, Any], cores: int,
             os.close(fd)
         raise _start_error(exc, argv, base_env, None) from None
     return Running(tid, pid, -1, spec, cores, _monotonic(), captures)
+
+
+_c: Any = None  # the compiled module in use; None: the pure-Python path (use_compiled)
+# Env objects of _spawnc for (base_env, base_env with the shell's PWD, its PATH), made once
+# per environment the helper is configured with, not once per command
+_c_envs: tuple[dict[str, str], Any, Any, str] | None = None
+
+
+def use_compiled(on: bool | None = None) -> bool:
+    """Whether ``_spawn_plain`` and the helper's reap go through ``shoal.agent._spawnc``:
+    ``on``, or by default where it was built and ``SHOAL_NO_CSPAWN`` is not set. Returns
+    whether they do."""
+    global _c
+    if on is None:
+        on = not os.environ.get("SHOAL_NO_CSPAWN")
+    _c = _spawnc if on else None
+    return _c is not None
+
+
+use_compiled()
+
+
+def snapshot_signals() -> None:
+    """Tell the compiled path which signals this process catches now (the spawn helper
+    calls it once its handlers are in place): each command's child then resets those
+    (and SIGPIPE, SIGXFSZ) without reading all 64 dispositions first, 12 us of every
+    command's start (see _spawnc.c). Call it again after changing a handler."""
+    if _c is not None:
+        _c.snapshot_signals()
+
+
+def _spawn_plain_c(c: Any, tid: int, spec: dict[str, Any], cores: int,
+                   base_env: dict[str, str], argv: list[str], out_mode: str | None,
+                   err_mode: str | None) -> Running:
+    """``_spawn_plain`` through the compiled module: the same command started with the same
+    streams, environment and signals, and the same errors (see _spawnc.c)."""
+    global _c_envs
+    out = -1 if not out_mode or out_mode == CAPTURE else _out_devnull()  # -1: a memfd
+    err = -1 if not err_mode or err_mode == CAPTURE else _out_devnull()
+    stdin = -1 if stdin_at_0 else _stdin_devnull()
+    envs = _c_envs
+    if envs is None or envs[0] is not base_env:
+        pwd = shell_pwd(base_env)
+        fixed = base_env if pwd is None else {**base_env, "PWD": pwd}
+        plain = c.Env(base_env)
+        envs = _c_envs = (base_env, plain, plain if pwd is None else c.Env(fixed),
+                          base_env.get("PATH", os.defpath))
+    direct = direct_argv(argv)
+    if direct is not None:  # one simple command: no shell in between (see spawnline)
+        prog = direct[0]
+        try:
+            if "/" not in prog:
+                prog = _resolve(prog, envs[3])
+            pid, out_fd, err_fd = c.spawn(prog, direct, envs[2], out, err, stdin)
+        except OSError as exc:
+            if not _shell_instead(exc):
+                raise
+        else:
+            return Running(tid, pid, -1, spec, cores, _monotonic(),
+                           _c_captures(out_fd, err_fd))
+    prog = argv[0]
+    try:
+        if "/" not in prog:
+            prog = _resolve(prog, envs[3])
+        pid, out_fd, err_fd = c.spawn(prog, argv, envs[1], out, err, stdin)
+    except OSError as exc:
+        raise _start_error(exc, argv, base_env, None) from None
+    return Running(tid, pid, -1, spec, cores, _monotonic(), _c_captures(out_fd, err_fd))
+
+
+def _c_captures(out_fd: int, err_fd: int) -> dict[str, int]:
+    if out_fd >= 0:
+        return {"stdout": out_fd, "stderr": err_fd} if err_fd >= 0 else {"stdout": out_fd}
+    return {"stderr": err_fd} if err_fd >= 0 else {}
 
 
 def _posix_start(argv: list[str], env: dict[str, str], actions: list[tuple[Any, ...]],
@@ -307,12 +394,18 @@ def _spawn_direct(argv: list[str], env: dict[str, str], actions: list[tuple[Any,
         env = fixed
     try:
         return _posix_start(argv, env, actions, cpus)
-    except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError):
-        return None
     except OSError as exc:
-        if exc.errno in (errno.ENOEXEC, errno.E2BIG, errno.ELOOP, errno.ENAMETOOLONG):
+        if _shell_instead(exc):
             return None
         raise
+
+
+def _shell_instead(exc: OSError) -> bool:
+    """Whether a program that failed to start directly is for the shell to run (and to
+    report on: 127, 126, a script without ``#!``)."""
+    return isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError,
+                            NotADirectoryError)) or exc.errno in (
+        errno.ENOEXEC, errno.E2BIG, errno.ELOOP, errno.ENAMETOOLONG)
 
 
 def _too_long(argv: list[str], env: dict[str, str]) -> str:

@@ -289,6 +289,7 @@ class _Helper:
         self.out: list[tuple[Any, ...]] = []
         self.child_flag = False  # a SIGCHLD came since the last reap
         self.in_poll = False     # the loop is in (or about to enter) poll: see _loop
+        self.hup = False         # a SIGHUP came: the agent is gone (see _hangup)
 
     def main(self) -> int:
         keep = {self.sock.fileno(), 0, 1, 2}
@@ -309,6 +310,7 @@ class _Helper:
         else:
             os.set_inheritable(0, True)
         launcher.stdin_at_0 = True
+        launcher.use_compiled()  # (SHOAL_NO_CSPAWN as this process sees it)
         try:  # a group of its own: a kill -9 of the agent's process group leaves it to clean up
             os.setpgid(0, 0)
         except OSError:
@@ -324,6 +326,7 @@ class _Helper:
         signal.signal(signal.SIGHUP, self._hangup)
         signal.signal(signal.SIGCHLD, self._child_exited)
         set_parent_death_signal(signal.SIGHUP)
+        launcher.snapshot_signals()  # (the handlers above: the ones each command resets)
         try:
             if os.getppid() == 1:
                 raise _AgentGone
@@ -349,10 +352,15 @@ class _Helper:
         return 0
 
     def _hangup(self, *_: object) -> None:
-        """SIGHUP's handler (the parent-death signal): the agent is gone. It may come in
-        ``poll``: in_poll is cleared first, so a SIGCHLD while this unwinds raises nothing."""
-        self.in_poll = False
-        raise _AgentGone
+        """SIGHUP's handler (the parent-death signal): the agent is gone. Like SIGCHLD's, it
+        raises only in ``poll`` (in_poll cleared first, so a SIGCHLD while this unwinds
+        raises nothing) and else leaves a flag the loop reads: raised anywhere, it could
+        come while ``main`` stops after the socket's end-of-file, which the agent's death
+        also brings, and end the helper before it stopped its commands."""
+        self.hup = True
+        if self.in_poll:
+            self.in_poll = False
+            raise _AgentGone
 
     def _child_exited(self, *_: object) -> None:
         """SIGCHLD's handler: note it; in ``poll`` (or about to be), leave it at once."""
@@ -398,10 +406,12 @@ class _Helper:
             events: list[tuple[int, int]] = []
             try:
                 self.in_poll = True
-                events = poll(0 if self.child_flag else wait_ms)
+                events = poll(0 if self.child_flag or self.hup else wait_ms)
                 self.in_poll = False
             except _ChildExited:
                 pass
+            if self.hup:
+                raise _AgentGone
             if events:
                 while True:
                     msg = _recv(self.sock)
@@ -486,6 +496,16 @@ class _Helper:
     def _reap(self) -> None:
         """Collect every command that exited (SIGCHLD says some did)."""
         running = self.running
+        c = launcher._c
+        if c is not None:  # the same steps as below, in C (launcher.reap's killpg first)
+            for pid, status in c.reap():
+                run = running.get(pid)
+                if run is not None:  # (else not a command of ours: collected all the same)
+                    run.status = status
+                    if run.popen is not None:
+                        run.popen.returncode = status
+                    self._exited(run)
+            return
         waitid = os.waitid
         while running:
             try:
