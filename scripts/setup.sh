@@ -10,9 +10,10 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-# Python's headers and a C compiler: the install builds shoal.agent._spawnc with them (the
-# spawn helper's compiled per-command path, setup.py). Without them it goes on and shoal
-# uses its pure-Python path, so a failure here is not fatal.
+# Python's headers and a C compiler: the install builds shoal.agent._spawnc and shoal._proc
+# with them (the spawn helper's compiled per-command path; the start's process calls;
+# setup.py). Without them it goes on and shoal uses its pure-Python paths, so a failure
+# here is not fatal.
 PY_INCLUDE=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 if { [ ! -e "$PY_INCLUDE/Python.h" ] || ! command -v cc >/dev/null; } && command -v apt-get >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
@@ -52,6 +53,8 @@ if [ "$(id -u)" = 0 ] && ! getent passwd shoal-job >/dev/null; then
   useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
     --user-group shoal-job
 fi
-# the compiled spawn path, when it could be built (a note only: shoal works without it)
+# the compiled parts, when they could be built (a note only: shoal works without them)
 .venv/bin/python -c "import shoal.agent._spawnc" 2>/dev/null \
   || echo "setup.sh: shoal.agent._spawnc was not built; commands start through the Python path" >&2
+.venv/bin/python -c "import shoal._proc" 2>/dev/null \
+  || echo "setup.sh: shoal._proc was not built; processes set their signals through ctypes" >&2
