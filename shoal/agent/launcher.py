@@ -304,25 +304,28 @@ def _spawn_plain_c(c: Any, tid: int, spec: dict[str, Any], cores: int,
                           base_env.get("PATH", os.defpath))
     direct = direct_argv(argv)
     if direct is not None:  # one simple command: no shell in between (see spawnline)
-        prog = direct[0]
         try:
-            if "/" not in prog:
-                prog = _resolve(prog, envs[3])
-            pid, out_fd, err_fd = c.spawn(prog, direct, envs[2], out, err, stdin)
+            pid, out_fd, err_fd = _c_start(c, direct, envs[2], envs[3], out, err, stdin)
         except OSError as exc:
             if not _shell_instead(exc):
                 raise
         else:
             return Running(tid, pid, -1, spec, cores, _monotonic(),
                            _c_captures(out_fd, err_fd))
-    prog = argv[0]
     try:
-        if "/" not in prog:
-            prog = _resolve(prog, envs[3])
-        pid, out_fd, err_fd = c.spawn(prog, argv, envs[1], out, err, stdin)
+        pid, out_fd, err_fd = _c_start(c, argv, envs[1], envs[3], out, err, stdin)
     except OSError as exc:
         raise _start_error(exc, argv, base_env, None) from None
     return Running(tid, pid, -1, spec, cores, _monotonic(), _c_captures(out_fd, err_fd))
+
+
+def _c_start(c: Any, argv: list[str], env: Any, path: str, out: int, err: int,
+             stdin: int) -> tuple[int, int, int]:
+    """``c.spawn`` of ``argv``, its program looked up on ``path`` here (as _posix_start)."""
+    prog = argv[0]
+    if "/" not in prog:
+        prog = _resolve(prog, path)
+    return c.spawn(prog, argv, env, out, err, stdin)
 
 
 def _c_captures(out_fd: int, err_fd: int) -> dict[str, int]:
