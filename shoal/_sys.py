@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from typing import Any
 
 
 def alive(pid: int) -> bool:
@@ -29,12 +30,12 @@ def alive(pid: int) -> bool:
 # exists): without them each process's start imports ctypes, ~3 ms of a cold start's
 # critical path (the starter needs it before it forks the head and the agent).
 # SHOAL_NO_CPROC=1 takes the ctypes path (the tests run both).
-try:
-    if os.environ.get("SHOAL_NO_CPROC"):
-        raise ImportError
-    from shoal import _proc  # type: ignore[attr-defined]
-except ImportError:
-    _proc = None
+_proc: Any = None
+if not os.environ.get("SHOAL_NO_CPROC"):
+    try:
+        from shoal import _proc  # type: ignore[attr-defined,no-redef]
+    except ImportError:
+        pass
 
 _KEEP: list[object] = []  # environment strings move_environ copied (ctypes): never freed
 

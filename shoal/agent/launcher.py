@@ -297,10 +297,9 @@ def _spawn_plain_c(c: Any, tid: int, spec: dict[str, Any], cores: int,
     stdin = -1 if stdin_at_0 else _stdin_devnull()
     envs = _c_envs
     if envs is None or envs[0] is not base_env:
-        pwd = shell_pwd(base_env)
-        fixed = base_env if pwd is None else {**base_env, "PWD": pwd}
+        fixed = _shell_env(base_env)
         plain = c.Env(base_env)
-        envs = _c_envs = (base_env, plain, plain if pwd is None else c.Env(fixed),
+        envs = _c_envs = (base_env, plain, plain if fixed is base_env else c.Env(fixed),
                           base_env.get("PATH", os.defpath))
     direct = direct_argv(argv)
     if direct is not None:  # one simple command: no shell in between (see spawnline)
@@ -386,21 +385,26 @@ def _spawn_direct(argv: list[str], env: dict[str, str], actions: list[tuple[Any,
                   cpus: list[int] | None) -> int | None:
     """Start ``argv`` as the shell would have started it; None when the shell must (the
     program is not found, cannot be executed, or is a script without ``#!``)."""
-    global _direct_env
-    cached = _direct_env
-    if cached is not None and cached[0] is env:
-        env = cached[1]
-    else:
-        pwd = shell_pwd(env)
-        fixed = env if pwd is None else {**env, "PWD": pwd}
-        _direct_env = (env, fixed)
-        env = fixed
     try:
-        return _posix_start(argv, env, actions, cpus)
+        return _posix_start(argv, _shell_env(env), actions, cpus)
     except OSError as exc:
         if _shell_instead(exc):
             return None
         raise
+
+
+def _shell_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` as the shell would pass it on (its ``PWD``; see spawnline.shell_pwd): a
+    command started without the shell gets the same environment. Made once per ``env``
+    (the helper's base environment, the same object command after command)."""
+    global _direct_env
+    cached = _direct_env
+    if cached is not None and cached[0] is env:
+        return cached[1]
+    pwd = shell_pwd(env)
+    fixed = env if pwd is None else {**env, "PWD": pwd}
+    _direct_env = (env, fixed)
+    return fixed
 
 
 def _shell_instead(exc: OSError) -> bool:
@@ -546,6 +550,44 @@ def reap(run: Running) -> bool:
     return True
 
 
+_PEEK = os.WEXITED | os.WNOHANG | os.WNOWAIT  # an exited child, left to reap
+
+
+def reap_exited(running: dict[int, Running]) -> list[Running]:
+    """Reap every command of ``running`` (pid -> command) that has exited, as ``reap``
+    does (its session killed first, then its status); a child that is not one of them
+    is collected all the same. Through the compiled module when it is in use."""
+    done: list[Running] = []
+    if _c is not None:
+        for pid, status in _c.reap():
+            run = running.get(pid)
+            if run is not None:
+                run.status = status
+                if run.popen is not None:
+                    run.popen.returncode = status
+                done.append(run)
+        return done
+    waitid = os.waitid
+    while len(done) < len(running):
+        try:
+            info = waitid(os.P_ALL, 0, _PEEK)
+        except ChildProcessError:
+            break
+        if info is None or not info.si_pid:
+            break
+        run = running.get(info.si_pid)
+        if run is None:  # not a command of ours (cannot happen): collect it anyway
+            try:
+                os.waitpid(info.si_pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            continue
+        if not reap(run):
+            break
+        done.append(run)
+    return done
+
+
 def outcome(run: Running, now: float | None = None) -> tuple[int, bytes, dict[str, Any] | None]:
     """The RESULT status, payload and info of a finished command: a non-zero exit is an
     error with ``check=True``, else an OK result whose info says so (retries use it).
@@ -585,26 +627,31 @@ def _pickled_result(rc: int, out: bytes | None, err: bytes | None, shown: Any,
     frozen dataclass built and pickled cost 3 us hot, more in the helper's cold caches).
     """
     if out or err or type(duration) is not float:
-        return pickle.dumps(CommandResult(rc, out, err, shown, duration), protocol=5)
+        return _result_pickle(rc, out, err, shown, duration)
     try:
         key = (rc, out is None, err is None, out is err, type(shown),
                shown if type(shown) is str else tuple(shown))
         halves = _templates.get(key)
     except TypeError:  # an unhashable argument: no template
-        return pickle.dumps(CommandResult(rc, out, err, shown, duration), protocol=5)
+        return _result_pickle(rc, out, err, shown, duration)
     if halves is None:
         if type(shown) is not str and not all(type(a) is str for a in shown):
             # only plain strings: an equal key then means the same pickle
-            return pickle.dumps(CommandResult(rc, out, err, shown, duration), protocol=5)
-        data = pickle.dumps(CommandResult(rc, out, err, shown, _DURATION_MARK), protocol=5)
+            return _result_pickle(rc, out, err, shown, duration)
+        data = _result_pickle(rc, out, err, shown, _DURATION_MARK)
         mark = b"G" + _pack_double(_DURATION_MARK)
         at = data.find(mark)
         if at < 0 or data.find(mark, at + 1) >= 0:  # cannot happen; no template then
-            return pickle.dumps(CommandResult(rc, out, err, shown, duration), protocol=5)
+            return _result_pickle(rc, out, err, shown, duration)
         if len(_templates) >= 256:
             _templates.clear()
         halves = _templates[key] = (data[:at + 1], data[at + 9:])
     return halves[0] + _pack_double(duration) + halves[1]
+
+
+def _result_pickle(rc: int, out: bytes | None, err: bytes | None, shown: Any,
+                   duration: float) -> bytes:
+    return pickle.dumps(CommandResult(rc, out, err, shown, duration), protocol=5)
 
 
 def timeout_text(run: Running, grace: float) -> str:

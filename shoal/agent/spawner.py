@@ -62,7 +62,6 @@ _FD_SPACE = socket.CMSG_SPACE(4)
 REPORT_DELAY_S = 0.02     # a report waits at most this long for others (see _loop)
 REPORT_BATCH = 256
 TRIM_S = 1.0              # how often output over --max-output is cut back
-_PEEK = os.WEXITED | os.WNOHANG | os.WNOWAIT  # an exited child, left to reap
 
 _agent_fd = -1            # the agent's end, closed in every process the agent forks later
 
@@ -495,34 +494,7 @@ class _Helper:
 
     def _reap(self) -> None:
         """Collect every command that exited (SIGCHLD says some did)."""
-        running = self.running
-        c = launcher._c
-        if c is not None:  # the same steps as below, in C (launcher.reap's killpg first)
-            for pid, status in c.reap():
-                run = running.get(pid)
-                if run is not None:  # (else not a command of ours: collected all the same)
-                    run.status = status
-                    if run.popen is not None:
-                        run.popen.returncode = status
-                    self._exited(run)
-            return
-        waitid = os.waitid
-        while running:
-            try:
-                info = waitid(os.P_ALL, 0, _PEEK)
-            except ChildProcessError:
-                return
-            if info is None or not info.si_pid:
-                return
-            run = running.get(info.si_pid)
-            if run is None:  # not a command of ours (cannot happen): collect it anyway
-                try:
-                    os.waitpid(info.si_pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
-                continue
-            if not launcher.reap(run):
-                return
+        for run in launcher.reap_exited(self.running):
             self._exited(run)
 
     def _exited(self, run: launcher.Running) -> None:
