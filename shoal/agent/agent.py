@@ -547,7 +547,7 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
         set_parent_death_signal()
         signal.signal(signal.SIGUSR1, self.dump_state)
         log.info("%s", resources.describe(self.capacity, self.placer))
-        cmd_fd = self._start_spawner()  # first: the fewest descriptors for it to carry
+        cmd_fds = self._start_spawners()  # first: the fewest descriptors for them to carry
         # Fork the warm workers before this process has any ZeroMQ context or thread, after
         # importing what they run: imported once here, every worker starts with it for free.
         if self.nworkers:
@@ -566,7 +566,9 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
         self._hello()
         poller = self.poller
         poller.register(self.wsock, zmq.POLLIN)
-        poller.register(cmd_fd, zmq.POLLIN)
+        for fd in cmd_fds:
+            poller.register(fd, zmq.POLLIN)
+        by_cmd_fd = self.by_cmd_fd
         wake_fd = self._watch_signals()
         second = time.monotonic()
         try:
@@ -587,8 +589,8 @@ class Agent(Commands, Placing, WorkerPool, HeadLink, Stopping):
                         self._drain(self.head, from_head=True)
                     elif sock_or_fd is self.wsock:
                         self._drain(self.wsock, from_head=False)
-                    elif sock_or_fd == cmd_fd:
-                        self._command_events()
+                    elif sock_or_fd in by_cmd_fd:
+                        self._command_events(by_cmd_fd[sock_or_fd])
                     elif sock_or_fd == wake_fd:
                         self._signalled(now)
                     elif sock_or_fd in self.by_pidfd:

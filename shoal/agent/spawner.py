@@ -22,12 +22,14 @@ Messages are pickled lists of tuples; one over ``MAX_MSG`` travels in a memfd wh
 descriptor goes along (SCM_RIGHTS). A command is named by a key the agent gives it (a task
 may come back as a new attempt while its killed one is still being reaped). Agent ->
 helper: ``("run", key, tid, spec, cores, defaults,
-forced, cpus, argv, mpi)``, ``("cap", cores)``, ``("kill", key, signal, why)`` (``why``:
-"drop" or "timeout" -- the output is not read), ``("config", base_env, max_output)``.
-Helper -> agent: ``(key, rc, started, ended, status, payload, info)`` for a command that
-exited (rc None: dropped before it started; status None: its output was not wanted) and
-``(key, None, 0.0, 0.0, None, message, None)`` for one that could not start (``started``
-and ``ended`` are ``time.monotonic()`` values, the same clock in both processes).
+forced, cpus, argv, mpi)``, ``("cap", cores, seq)``, ``("kill", key, signal, why)``
+(``why``: "drop" or "timeout" -- the output is not read), ``("config", base_env,
+max_output)``. Helper -> agent: ``(key, rc, started, ended, status, payload, info)`` for a
+command that exited (rc None: dropped before it started; status None: its output was not
+wanted), ``(key, None, 0.0, 0.0, None, message, None)`` for one that could not start
+(``started`` and ``ended`` are ``time.monotonic()`` values, the same clock in both
+processes), and ``("cap", seq, used)``, sent at once, for each cap taken (``used``: the
+cores its commands held then).
 
 Nothing is left behind when the agent dies, even by SIGKILL of its whole process group
 (the helper has a group of its own): the helper sees the socket's end-of-file (and, as a
@@ -63,17 +65,16 @@ REPORT_DELAY_S = 0.02     # a report waits at most this long for others (see _lo
 REPORT_BATCH = 256
 TRIM_S = 1.0              # how often output over --max-output is cut back
 
-_agent_fd = -1            # the agent's end, closed in every process the agent forks later
+_agent_fds: set[int] = set()  # the agent's ends, closed in every process it forks later
 
 
 def _close_in_child() -> None:
-    global _agent_fd
-    if _agent_fd >= 0:
+    for fd in _agent_fds:
         try:
-            os.close(_agent_fd)
+            os.close(fd)
         except OSError:
             pass
-        _agent_fd = -1
+    _agent_fds.clear()
 
 
 os.register_at_fork(after_in_child=_close_in_child)
@@ -129,7 +130,6 @@ class Spawner:
     def __init__(self, agent_dir: str | None = None) -> None:
         """``agent_dir``: the agent's own temporary directory, which the helper removes
         when the agent is gone (a SIGKILLed agent cannot)."""
-        global _agent_fd
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         for s in (mine, theirs):
             for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
@@ -154,7 +154,10 @@ class Spawner:
         self.ops: list[tuple[Any, ...]] = []
         self.pending: deque[tuple[bytes, list[int]]] = deque()  # refused by a full socket
         self.closed = False
-        _agent_fd = mine.fileno()
+        self.index = 0            # which of the agent's helpers (shoal.agent.commands)
+        self.waiting_out = False  # its socket was full: the agent polls it for room
+        self.cap_seq = 0
+        _agent_fds.add(mine.fileno())
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -168,8 +171,16 @@ class Spawner:
             mpi: bool = False) -> None:
         self.ops.append(("run", key, tid, spec, cores, defaults, forced, cpus, argv, mpi))
 
-    def cap(self, cores: int) -> None:
-        self.ops.append(("cap", cores))
+    def cap(self, cores: int, ack: bool = False) -> int:
+        """Run at most ``cores`` cores of commands from now on. ``ack``: the helper
+        acknowledges it with a report ``("cap", seq, used)`` (what it ran as it took it);
+        returns the number (0: none asked)."""
+        seq = 0
+        if ack:
+            self.cap_seq += 1
+            seq = self.cap_seq
+        self.ops.append(("cap", cores, seq))
+        return seq
 
     def kill(self, key: int, sig: int, why: str | None) -> None:
         self.ops.append(("kill", key, sig, why))
@@ -211,14 +222,13 @@ class Spawner:
     def close(self, wait_s: float | None) -> None:
         """Let the helper stop every command (its end-of-file); wait for it to exit at
         most ``wait_s`` seconds (None: not now), then SIGKILL it."""
-        global _agent_fd
         if not self.closed:
             self.closed = True
             for _, fds in self.pending:
                 for fd in fds:
                     os.close(fd)
             self.pending.clear()
-            _agent_fd = -1
+            _agent_fds.discard(self.sock.fileno())
             self.sock.close()
         if wait_s is None:
             return
@@ -287,6 +297,7 @@ class _Helper:
         self.base_env = dict(os.environ)
         self.out: list[tuple[Any, ...]] = []
         self.child_flag = False  # a SIGCHLD came since the last reap
+        self.ack_now = False     # a cap to acknowledge: report this turn
         self.in_poll = False     # the loop is in (or about to enter) poll: see _loop
         self.hup = False         # a SIGHUP came: the agent is gone (see _hangup)
 
@@ -430,7 +441,8 @@ class _Helper:
                 # RESULTS do) while more is queued here than runs; when the queue runs low
                 # they go at once, so the agent sends more.
                 if (len(queue) <= len(running) or len(self.out) >= REPORT_BATCH
-                        or now - out_since >= REPORT_DELAY_S):
+                        or now - out_since >= REPORT_DELAY_S or self.ack_now):
+                    self.ack_now = False
                     out, self.out = self.out, []
                     out_since = 0.0
                     data, fds = _encode(out)
@@ -452,6 +464,10 @@ class _Helper:
                 self._kill(op[1], op[2], op[3])
             elif kind == "cap":
                 self.cap = op[1]
+                if op[2]:  # acknowledged at once: until then the agent counts this helper
+                    # at the higher of its old and new cap (shoal.agent.commands)
+                    self.out.append(("cap", op[2], self.used))
+                    self.ack_now = True
             elif kind == "config":
                 self.base_env = op[1]
                 limits.max_output = op[2]
