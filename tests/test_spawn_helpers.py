@@ -34,6 +34,15 @@ def test_commands_start_from_each_of_the_agents_helpers(tmp_path, helpers):
     assert len(set(parents)) == want
 
 
+def test_an_agent_with_python_workers_keeps_one_helper(monkeypatch):
+    # each helper's fork is on the cold start's path, before the workers'
+    monkeypatch.delenv("SHOAL_SPAWN_HELPERS", raising=False)
+    with Executor(workers=1, slots=2) as ex:
+        fs = [ex.submit(Command("echo $PPID")) for _ in range(20)]
+        parents = {f.result(timeout=60).stdout.strip() for f in fs}
+    assert len(parents) == 1
+
+
 def _max_in_use(trace: str) -> int:
     """The most cores the attempts of a trace held at one moment (agent-measured start
     to end: a command from its spawn to its reap, a Python task from its call's start to

@@ -27,8 +27,8 @@ window did not lower them further (80 ms: the same CPU within noise), and it hol
 commands at one agent that others could have run: a first command that ran in 2 ms puts
 the next ones, however long, in the window.
 
-An agent with several cores runs several spawn helpers (``helper_count``: one per CPU it
-may use, at most its slots and ``HELPERS_MAX``). One helper starts commands one after the
+An agent with several cores and no Python workers runs several spawn helpers
+(``helper_count``: one per CPU it may use, at most its slots and ``HELPERS_MAX``). One helper starts commands one after the
 other, each spawn blocking it until the child has exec'd: where short commands end
 together (two slots on two cores: they start together and take as long) a core sat idle
 ~150 us a round while the helper started the other's next command. A one-core command
@@ -67,15 +67,20 @@ HELPERS_MAX = 8        # spawn helpers per agent at most (one starts ~3,000 comm
 T_OPTS = P.T_OPTS
 
 
-def helper_count(slots: int) -> int:
+def helper_count(slots: int, workers: int = 0) -> int:
     """How many spawn helpers an agent of ``slots`` runs (module doc): one per CPU it may
-    run on, at most ``slots`` and ``HELPERS_MAX``; ``SHOAL_SPAWN_HELPERS=N`` sets it."""
+    run on, at most ``slots`` and ``HELPERS_MAX``, when it has no Python ``workers`` (it
+    runs commands only: `shoal run`, ``shoal agent --workers 0``); else one, since each
+    helper's fork is on the cold start's path before the workers' (+2.5 ms of W5's ~105);
+    ``SHOAL_SPAWN_HELPERS=N`` sets it."""
     given = os.environ.get("SHOAL_SPAWN_HELPERS")
     if given:
         try:
             return max(1, int(given))
         except ValueError:
             log.warning("SHOAL_SPAWN_HELPERS=%r is not a number: ignored", given)
+    if workers:
+        return 1
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -93,6 +98,7 @@ class Commands:
     cmd_mean: float
     cmd_deep: int
     slots: int
+    nworkers: int
     tmpdir: str  # the agent's temporary directory: its helper removes it if the agent dies
     trace: bool
     base_env: dict[str, str]
@@ -144,7 +150,7 @@ class Commands:
 
     def _start_spawners(self) -> list[int]:
         """Fork the spawn helpers (few descriptors open yet); the descriptors to poll."""
-        n = helper_count(self.slots)
+        n = helper_count(self.slots, self.nworkers)
         for index in range(n):
             sp = Spawner(self.tmpdir)
             sp.index = index
