@@ -5,39 +5,40 @@ fast path here; one with resources (bound cores, GPUs, MPI ranks) goes through
 ``Placing._start_placed``, which hands it on through ``_hand`` and ``_track``.
 
 The process work (spawn, reap, output, kill) happens in the spawn helper
-(``shoal.agent.spawner``), so a spawn never blocks this loop; each helper's reports
-arrive on its descriptor in the agent's poller. This module keeps the agent's books: the cores commands
-hold (from hand-off to report), the table of commands out at the helper, results to the
-head. Short one-core commands (mean run time under ``QUEUE_AHEAD_S``) may be handed ahead
-of free cores -- ``cmd_deep`` of them, what the head's window already queues here -- so
-the helper starts the next the moment one exits, as ``xargs -P`` does; the helper never
+(``shoal.agent.spawner``), so a spawn never blocks this loop; each helper's reports arrive
+on its descriptor in the agent's poller. This module keeps the agent's books: the cores
+commands hold (from hand-off to report), the table of commands out at the helper, results
+to the head. Short one-core commands (mean run time under ``QUEUE_AHEAD_S``) may be handed
+ahead of free cores -- ``cmd_deep`` of them, what the head's window already queues here --
+so the helper starts the next the moment one exits, as ``xargs -P`` does; the helper never
 runs more than ``cap`` cores of them (what the Python workers leave), and none are handed
 ahead while a Python task waits for a core.
 
 The window for short commands covers ``CMD_QUEUE_S`` of their work, so that results travel
 in batches: the helper's reports wait for company up to ``spawner.REPORT_DELAY_S`` while
 its queue is deep, the agent forwards each batch in one RESULTS, and the head refills the
-window in one TASKS. On the 2-core VM of issue 13 every message costs its receiver a
-wake-up (~20 us of CPU across CPUs, more than the Python work for it): with 5 ms of work
-queued, W2's 2,000 commands took ~400 messages each way and ~1,500 wake-ups in each of
-the client, the head and the agent; with 40 ms, a quarter of that and 0.2 s less CPU; and
-with reports waiting up to 20 ms instead of 10, half as many again, the client, the head and
+window in one TASKS. On the 2-core VM of issue 13 every message costs its receiver a wake-
+up (~20 us of CPU across CPUs, more than the Python work for it): with 5 ms of work
+queued, W2's 2,000 commands took ~400 messages each way and ~1,500 wake-ups in each of the
+client, the head and the agent; with 40 ms, a quarter of that and 0.2 s less CPU; and with
+reports waiting up to 20 ms instead of 10, half as many again, the client, the head and
 the agent spending a third less CPU on them (``bench/cpu_split.py --switches``). A deeper
 window did not lower them further (80 ms: the same CPU within noise), and it holds more
 commands at one agent that others could have run: a first command that ran in 2 ms puts
 the next ones, however long, in the window.
 
 An agent with several cores and no Python workers runs several spawn helpers
-(``helper_count``: one per CPU it may use, at most its slots and ``HELPERS_MAX``). One helper starts commands one after the
-other, each spawn blocking it until the child has exec'd: where short commands end
-together (two slots on two cores: they start together and take as long) a core sat idle
-~150 us a round while the helper started the other's next command. A one-core command
-without options goes to the helper with the most room under its cap; every other (bound
-cores, GPUs, MPI ranks) to the first, which keeps them in order. The helpers' caps share
-what the Python workers leave (``_caps``): a cap is raised only by cores no other helper
-may be using -- each counts at the highest cap it may not have taken yet (a helper
-acknowledges each), plus what it held above its cap then, and never above its own
-commands -- so the cores in use never exceed that total while they move between helpers.
+(``helper_count``: one per CPU it may use, at most its slots and ``HELPERS_MAX``). One
+helper starts commands one after the other, each spawn blocking it until the child has
+exec'd: where short commands end together (two slots on two cores: they start together and
+take as long) a core sat idle ~150 us a round while the helper started the other's next
+command. A one-core command without options goes to the helper with the most room under
+its cap; every other (bound cores, GPUs, MPI ranks) to the first, which keeps them in
+order. The helpers' caps share what the Python workers leave (``_caps``): a cap is raised
+only by cores no other helper may be using -- each counts at the highest cap it may not
+have taken yet (a helper acknowledges each), plus what it held above its cap then, and
+never above its own commands -- so the cores in use never exceed that total while they
+move between helpers.
 """
 
 from __future__ import annotations
