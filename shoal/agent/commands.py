@@ -363,7 +363,10 @@ class Commands:
             sp.close(None)
 
     def _reap_commands(self) -> None:
-        """Shutting down: wait for the helpers to have reaped every command."""
+        """Shutting down: wait for the helpers to have reaped every command. All are told
+        at once (``_kill_commands``, again here if it was not), so they stop theirs side
+        by side within one grace."""
+        self._kill_commands()
         deadline = time.monotonic() + launcher.MPI_KILL_GRACE + 2.0
         for sp in self.spawners:
             sp.close(max(0.0, deadline - time.monotonic()))
