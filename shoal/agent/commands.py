@@ -208,6 +208,10 @@ class Commands:
         far as the others' ``_bound`` leaves room under ``total``."""
         n = len(self.spawners)
         cap, high = self.cmd_cap, self.cmd_high
+        if n == 1:  # one helper: its cap is the total (every turn: keep this cheap)
+            if total != cap[0]:
+                self._send_cap(0, total)
+            return
         placed = sum(self.cmd_placed.values())
         plain = max(0, total - placed)
         target = [plain // n + (1 if i < plain % n else 0) for i in range(n)]
@@ -225,11 +229,8 @@ class Commands:
 
     def _send_cap(self, i: int, cores: int) -> None:
         self.cmd_cap[i] = cores
-        if len(self.spawners) == 1:  # one helper: no other to count, no acknowledgement
-            self.cmd_high[i] = cores
-            self.spawners[i].cap(cores, ack=False)
-        else:
-            self.cmd_seq[i] = self.spawners[i].cap(cores, ack=True)
+        # one helper: no other to count, no acknowledgement
+        self.cmd_seq[i] = self.spawners[i].cap(cores, ack=len(self.spawners) > 1)
 
     def _cap_taken(self, i: int, seq: int, used: int) -> None:
         """Helper ``i`` took cap number ``seq`` holding ``used`` cores."""
@@ -249,13 +250,14 @@ class Commands:
         # In order (free cores counted once per pass). One waiting for GPU devices held by
         # others lets the ones behind it pass (at most HELD_SCAN of them per pass).
         free = self._free_cores()
-        total = free + self.cmd_cores  # what the Python workers leave
-        self._caps(total)
+        total = free + self.cmd_cores  # what the Python workers leave (hand-offs keep it)
+        if self.cmd_queue:
+            self._hand_out(free)
+        self._caps(total)  # after the hand-offs: with room for commands with resources
+
+    def _hand_out(self, free: int) -> None:
         queue = self.cmd_queue
-        if not queue:
-            return
         several = len(self.spawners) > 1
-        placed = len(self.cmd_placed)
         ahead = 0  # short one-core commands the helper may hold beyond the free cores
         if (self.cmd_mean < QUEUE_AHEAD_S and not self.py_queue and not self.pinned
                 and not self.gpu_py):
@@ -287,8 +289,6 @@ class Commands:
             helper = self._roomiest() if several else 0
             self._track(self._hand(spec[0], spec[3], cores, helper=helper), spec, cores,
                         launched)
-        if several and len(self.cmd_placed) != placed:
-            self._caps(total)  # room for the commands with resources just handed
 
     def _command_events(self, sp: Spawner) -> None:
         """A helper's reports (and room on its socket again)."""

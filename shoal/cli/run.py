@@ -318,19 +318,22 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine]) ->
     counts = [0, 0]  # done, succeeded (under tally)
     line_of: dict[Any, Line] = {}
 
+    def count(line: Line, why: str | None) -> bool:
+        """One line done (``why``: how it failed, None if it succeeded); True for the last."""
+        with tally:
+            counts[0] += 1
+            if why is None:
+                counts[1] += 1
+            else:
+                failed.append((line, why))
+            return counts[0] == total
+
     def on_done(fut: Any) -> None:
         line = line_of.pop(fut)
         exc = cf.CancelledError() if fut.cancelled() else fut.exception()
         res = fut.result() if exc is None else None
         if exc is None and not res.stdout and not res.stderr:
-            with tally:
-                counts[0] += 1
-                if res.returncode == 0:
-                    counts[1] += 1
-                else:
-                    failed.append((line, f"exit status {res.returncode}"))
-                last = counts[0] == total
-            if last:
+            if count(line, None if res.returncode == 0 else f"exit status {res.returncode}"):
                 ready.set()
             return
         finished.append((line, res, exc))
@@ -386,12 +389,7 @@ def _execute(args: argparse.Namespace, lines: list[Line], bad: list[BadLine]) ->
                             wrote = False
                         err_out.write(res.stderr)
                         err_out.flush()
-                with tally:
-                    counts[0] += 1
-                    if why is None:
-                        counts[1] += 1
-                    else:
-                        failed.append((line, why))
+                count(line, why)
             if wrote:
                 out.flush()
             done, ok = counts
